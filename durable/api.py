@@ -1,0 +1,223 @@
+"""Service functions: the one way user code, the admin and the REST API act on runs.
+
+Every function validates its arguments before touching the database and
+raises a :class:`~durable.DurableError` subclass with a clear message on bad
+input; nothing is written in that case. Work is announced to the transport
+only after the caller's transaction commits (``transaction.on_commit``), so
+``start()`` inside ``transaction.atomic()`` creates a run only if the caller's
+own writes commit.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from durable import conf
+from durable.engine import clock
+from durable.engine.ports import RunRecord
+from durable.engine.registry import WorkflowDef, resolve_workflow
+from durable.engine.serialization import to_json
+from durable.engine.steps import StepInfo
+from durable.engine.steps import current_step as _current_step
+from durable.engine.steps import heartbeat as _heartbeat
+from durable.exceptions import InvalidInput, RunNotFound
+from durable.models import TERMINAL
+from durable.runtime import get_engine
+from durable.store import store
+
+_ID = re.compile(r"^[^\s\x00-\x1f\x7f]{1,255}$")
+_NAME = re.compile(r"^[^\s\x00-\x1f\x7f]{1,200}$")
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """A snapshot of a run, as returned by :func:`get_run`."""
+
+    id: str
+    workflow: str
+    version: int
+    status: str
+    namespace: str
+    input: Any
+    output: Any
+    error: dict[str, Any] | None
+    tags: list[str] = field(default_factory=list)
+    search_attributes: dict[str, Any] = field(default_factory=dict)
+    parent_id: str | None = None
+    wake_at: datetime | None = None
+    recovery_attempts: int = 0
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL
+
+    @classmethod
+    def from_record(cls, rec: RunRecord) -> RunInfo:
+        return cls(
+            id=rec.id,
+            workflow=rec.workflow,
+            version=rec.version,
+            status=rec.status,
+            namespace=rec.namespace,
+            input=rec.input,
+            output=rec.output,
+            error=rec.error,
+            tags=list(rec.tags or []),
+            search_attributes=dict(rec.search_attributes or {}),
+            parent_id=rec.parent_id,
+            wake_at=rec.wake_at,
+            recovery_attempts=rec.recovery_attempts,
+            created_at=rec.created_at,
+            updated_at=rec.updated_at,
+            started_at=rec.started_at,
+            finished_at=rec.finished_at,
+        )
+
+
+def _check_id(run_id: Any, what: str = "run_id") -> str:
+    if not isinstance(run_id, str) or not _ID.match(run_id):
+        raise InvalidInput(f"{what} must be a non-empty string of at most 255 characters without spaces, got {run_id!r}")
+    return run_id
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidInput(f"{what} must be a non-empty string of at most 200 characters without spaces, got {name!r}")
+    return name
+
+
+def _check_tags(tags: Any) -> list[str]:
+    if tags is None:
+        return []
+    if isinstance(tags, str) or not isinstance(tags, (list, tuple)):
+        raise InvalidInput(f"tags must be a list of strings, got {tags!r}")
+    for tag in tags:
+        if not isinstance(tag, str) or not tag or len(tag) > 100:
+            raise InvalidInput(f"each tag must be a non-empty string of at most 100 characters, got {tag!r}")
+    return list(dict.fromkeys(tags))
+
+
+def _clean_input(wf: WorkflowDef, value: Any, max_bytes: int) -> Any:
+    if wf.validate is not None:
+        try:
+            cleaned = wf.validate(value)
+        except (ValueError, TypeError, KeyError, ValidationError) as exc:
+            raise InvalidInput(f"input refused by workflow {wf.name!r}: {exc}") from exc
+        if cleaned is not None:
+            value = cleaned
+    if not wf.takes_input and value is not None:
+        raise InvalidInput(f"workflow {wf.name!r} takes no input, got {value!r}")
+    return to_json(value, f"input of workflow {wf.name!r}", max_bytes=max_bytes)
+
+
+def start(
+    workflow: Any,
+    input: Any = None,
+    *,
+    run_id: str | None = None,
+    tags: list[str] | None = None,
+    namespace: str | None = None,
+    search_attributes: dict[str, Any] | None = None,
+    priority: int = 0,
+) -> str:
+    """Start ``workflow`` (a decorated function or a registered name) and return the run id.
+
+    Idempotent on ``run_id``: starting an id that exists returns it and creates
+    nothing. The run is created ``pending`` on the newest registered version and
+    dispatched once the surrounding transaction (if any) commits.
+    """
+    settings = conf.get()
+    wf = resolve_workflow(workflow)
+    run_id = _check_id(run_id) if run_id is not None else uuid.uuid4().hex
+    namespace = _check_name(namespace, "namespace") if namespace is not None else settings.default_namespace
+    all_tags = _check_tags(list(wf.tags) + _check_tags(tags))
+    if search_attributes is None:
+        search_attributes = {}
+    if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
+        raise InvalidInput("search_attributes must be a dict with string keys")
+    search_attributes = to_json(search_attributes, "search_attributes", max_bytes=64 * 1024)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidInput(f"priority must be an integer, got {priority!r}")
+    value = _clean_input(wf, input, settings.max_payload_bytes)
+    now = clock.now()
+    fields = {
+        "id": run_id,
+        "workflow": wf.name,
+        "version": wf.version,
+        "status": "pending",
+        "namespace": namespace,
+        "input": value,
+        "tags": all_tags,
+        "search_attributes": search_attributes,
+        "priority": priority,
+        "created_at": now,
+        "updated_at": now,
+        "deadline_at": now + timedelta(seconds=wf.timeout) if wf.timeout else None,
+    }
+    with transaction.atomic():
+        _, created = store.create_run(fields)
+        if created:
+            engine = get_engine()
+            transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
+    return run_id
+
+
+def get_run(run_id: str) -> RunInfo:
+    """The run's current state; raises :class:`~durable.RunNotFound` for an unknown id."""
+    rec = store.get_run(_check_id(run_id))
+    if rec is None:
+        raise RunNotFound(f"no run with id {run_id!r}")
+    return RunInfo.from_record(rec)
+
+
+def signal(run_id: str, name: str, payload: Any = None) -> None:
+    """Send signal ``name`` with a JSON ``payload`` to a run.
+
+    A run already waiting for it wakes up; otherwise the signal is buffered
+    (first in, first out per name) until the run waits for it. Raises
+    :class:`~durable.RunNotFound` for an unknown run and
+    :class:`~durable.InvalidRunState` for a finished one.
+    """
+    _check_id(run_id)
+    _check_name(name, "signal name")
+    payload = to_json(payload, f"payload of signal {name!r}", max_bytes=conf.get().max_payload_bytes)
+    with transaction.atomic():
+        woke = store.signal(run_id, name, payload, clock.now())
+        if woke:
+            engine = get_engine()
+            transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
+
+
+def cancel(run_id: str) -> bool:
+    """Cancel a run. Returns True if this call cancelled it, False if it had already ended.
+
+    Idempotent. A cancelled run never starts another step: its pending steps
+    are refused by workers, and a turn in progress loses its lease and writes
+    nothing more.
+    """
+    return store.cancel(_check_id(run_id), clock.now())
+
+
+def heartbeat(progress: Any = None) -> bool:
+    """From inside a dispatched step: record liveness and optional JSON ``progress``.
+
+    Throttled to one write per ``DURABLE["HEARTBEAT_INTERVAL"]`` per step and
+    renews the step's execution lease. Never raises; returns True if written.
+    """
+    return _heartbeat(get_engine(), progress)
+
+
+def current_step() -> StepInfo | None:
+    """Inside a dispatched step: its run id, position, attempt and stable ``step_id``."""
+    return _current_step()

@@ -1,0 +1,44 @@
+from __future__ import annotations
+
+import os
+import sys
+
+from django.apps import AppConfig
+from django.core import checks
+
+
+class DurableConfig(AppConfig):
+    name = "durable"
+    verbose_name = "Durable workflows"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from django.utils.module_loading import autodiscover_modules
+
+        # Every installed app's workflows.py registers its workflows and steps.
+        autodiscover_modules("workflows")
+        checks.register(check_settings, "durable")
+        if _is_dev_server():
+            from durable.worker import start_embedded
+
+            start_embedded()
+
+
+def _is_dev_server() -> bool:
+    """True in the process of ``runserver`` that serves requests (not the autoreloader parent)."""
+    argv = sys.argv[1:2]
+    if argv != ["runserver"]:
+        return False
+    return os.environ.get("RUN_MAIN") == "true" or "--noreload" in sys.argv
+
+
+def check_settings(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from durable import conf
+
+    try:
+        conf.get()
+    except ImproperlyConfigured as exc:
+        return [checks.Error(str(exc), id="durable.E001")]
+    return []

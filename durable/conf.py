@@ -1,0 +1,156 @@
+"""``settings.DURABLE``: one dict of options with documented defaults.
+
+Read through :func:`get` every time a value is needed (never at import time),
+so ``override_settings(DURABLE={...})`` in tests takes effect at once. The
+parsed result is cached and dropped whenever Django reports a settings change.
+
+Options (durations accept ``"30s"``-style strings or numbers of seconds):
+
+``TRANSPORT``             ``None`` (auto: ``"celery"`` when ``CELERY_BROKER_URL``
+                          is set, otherwise ``"inline"``), ``"inline"``,
+                          ``"celery"`` or ``"manual"`` (nothing is pushed;
+                          work is found by polling; used by tests).
+``LEASE``                 30s. How long a turn owns its run without renewing.
+``RECONCILE_AFTER``       5m. Fallback wake for a run waiting on an event
+                          (signal, step result), so a lost wake is re-driven.
+``MAX_RECOVERY_ATTEMPTS`` 5. Orphan recoveries before the run goes ``dead``.
+``WORKER_INTERVAL``       1s. Poll period of the worker loop when idle.
+``WORKER_THREADS``        4. Threads of the in-process (inline) transport.
+``EMBEDDED_WORKER``       True. Run the worker loop inside the web process
+                          when the transport is ``inline``.
+``DEFAULT_NAMESPACE``     ``"default"``.
+``STEP_EXECUTION_LEASE``  60s. A running step's owner renews it in the
+                          background; once it lapses the step is presumed
+                          lost with its worker and runs again.
+``STEP_LEASE``            None (off). Lost-dispatch self-heal window for steps
+                          still waiting for a worker.
+``STEP_REDISPATCH_MAX``   3. Re-dispatches before a lost step fails with
+                          ``remote_step_lost``.
+``HEARTBEAT_INTERVAL``    5s. At most one persisted heartbeat per step per interval.
+``MAX_PAYLOAD_BYTES``     1 MiB. Largest JSON input, output or signal payload.
+``SWEEP_BATCH``           100. Rows each sweep handles per call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
+
+from durable.engine.durations import to_seconds
+from durable.exceptions import InvalidInput
+
+TRANSPORTS = ("inline", "celery", "manual")
+
+DEFAULTS: dict[str, Any] = {
+    "TRANSPORT": None,
+    "LEASE": 30.0,
+    "RECONCILE_AFTER": 300.0,
+    "MAX_RECOVERY_ATTEMPTS": 5,
+    "WORKER_INTERVAL": 1.0,
+    "WORKER_THREADS": 4,
+    "EMBEDDED_WORKER": True,
+    "DEFAULT_NAMESPACE": "default",
+    "STEP_EXECUTION_LEASE": 60.0,
+    "STEP_LEASE": None,
+    "STEP_REDISPATCH_MAX": 3,
+    "HEARTBEAT_INTERVAL": 5.0,
+    "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    "SWEEP_BATCH": 100,
+}
+
+_DURATIONS = ("LEASE", "RECONCILE_AFTER", "WORKER_INTERVAL", "STEP_EXECUTION_LEASE", "HEARTBEAT_INTERVAL")
+_INTS = ("MAX_RECOVERY_ATTEMPTS", "WORKER_THREADS", "STEP_REDISPATCH_MAX", "MAX_PAYLOAD_BYTES", "SWEEP_BATCH")
+
+
+@dataclass(frozen=True)
+class DurableSettings:
+    transport: str
+    lease: float
+    reconcile_after: float
+    max_recovery_attempts: int
+    worker_interval: float
+    worker_threads: int
+    embedded_worker: bool
+    default_namespace: str
+    step_execution_lease: float
+    step_lease: float | None
+    step_redispatch_max: int
+    heartbeat_interval: float
+    max_payload_bytes: int
+    sweep_batch: int
+
+
+_cache: DurableSettings | None = None
+
+
+def _parse(raw: Any) -> DurableSettings:
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ImproperlyConfigured("settings.DURABLE must be a dict")
+    unknown = set(raw) - set(DEFAULTS)
+    if unknown:
+        raise ImproperlyConfigured(
+            f"settings.DURABLE has unknown option(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}"
+        )
+    values = {**DEFAULTS, **raw}
+    try:
+        for key in _DURATIONS:
+            values[key] = to_seconds(values[key])
+            if values[key] <= 0:
+                raise InvalidInput("must be positive")
+        if values["STEP_LEASE"] is not None:
+            values["STEP_LEASE"] = to_seconds(values["STEP_LEASE"])
+            if values["STEP_LEASE"] <= 0:
+                raise InvalidInput("STEP_LEASE must be positive or None")
+    except InvalidInput as exc:
+        raise ImproperlyConfigured(f"settings.DURABLE: {exc}") from None
+    for key in _INTS:
+        value = values[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ImproperlyConfigured(f"settings.DURABLE[{key!r}] must be a positive integer, got {value!r}")
+    transport = values["TRANSPORT"]
+    if transport is None:
+        transport = "celery" if getattr(django_settings, "CELERY_BROKER_URL", None) else "inline"
+    if transport not in TRANSPORTS:
+        raise ImproperlyConfigured(f"settings.DURABLE['TRANSPORT'] must be one of {TRANSPORTS}, got {transport!r}")
+    namespace = values["DEFAULT_NAMESPACE"]
+    if not isinstance(namespace, str) or not namespace:
+        raise ImproperlyConfigured("settings.DURABLE['DEFAULT_NAMESPACE'] must be a non-empty string")
+    return DurableSettings(
+        transport=transport,
+        lease=values["LEASE"],
+        reconcile_after=values["RECONCILE_AFTER"],
+        max_recovery_attempts=values["MAX_RECOVERY_ATTEMPTS"],
+        worker_interval=values["WORKER_INTERVAL"],
+        worker_threads=values["WORKER_THREADS"],
+        embedded_worker=bool(values["EMBEDDED_WORKER"]),
+        default_namespace=namespace,
+        step_execution_lease=values["STEP_EXECUTION_LEASE"],
+        step_lease=values["STEP_LEASE"],
+        step_redispatch_max=values["STEP_REDISPATCH_MAX"],
+        heartbeat_interval=values["HEARTBEAT_INTERVAL"],
+        max_payload_bytes=values["MAX_PAYLOAD_BYTES"],
+        sweep_batch=values["SWEEP_BATCH"],
+    )
+
+
+def get() -> DurableSettings:
+    """The validated DURABLE settings; raises ImproperlyConfigured on a bad value."""
+    global _cache
+    if _cache is None:
+        _cache = _parse(getattr(django_settings, "DURABLE", None))
+    return _cache
+
+
+def _reset(*, setting: str, **_: Any) -> None:
+    global _cache
+    if setting in ("DURABLE", "CELERY_BROKER_URL"):
+        _cache = None
+
+
+setting_changed.connect(_reset)

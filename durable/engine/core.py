@@ -1,0 +1,61 @@
+"""The engine object: wiring of store, transport, settings and this process's identity."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from durable.engine.leases import LeaseKeeper
+from durable.engine.ports import RunRecord, Store, Transport
+
+
+def make_owner_id() -> str:
+    """Identity of this process in ``locked_by`` columns: host, pid and a random suffix."""
+    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+class Engine:
+    """Runs turns and steps against a store, announcing work through a transport.
+
+    ``settings`` is any object with the attributes of
+    :class:`durable.conf.DurableSettings`. ``listeners`` are called as
+    ``listener(status, run)`` after each committed turn (observability hooks).
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        transport: Transport,
+        settings: Any,
+        *,
+        owner: str | None = None,
+        keeper: LeaseKeeper | None = None,
+    ) -> None:
+        self.store: Any = store
+        self.transport = transport
+        self.settings = settings
+        self.owner = owner or make_owner_id()
+        self.keeper = keeper or LeaseKeeper()
+        self.listeners: list[Callable[[str, RunRecord], None]] = []
+
+    def run_turn(self, run_id: str, *, acquired: RunRecord | None = None) -> str | None:
+        from durable.engine.turn import run_turn
+
+        return run_turn(self, run_id, acquired=acquired)
+
+    def execute_step(self, run_id: str, seq: int, *, continue_turn: bool = True) -> str:
+        from durable.engine.steps import execute_step
+
+        return execute_step(self, run_id, seq, continue_turn=continue_turn)
+
+    def emit(self, status: str, run: RunRecord) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(status, run)
+            except Exception:  # pragma: no cover - observability must not break turns
+                import logging
+
+                logging.getLogger("durable").exception("listener failed")

@@ -1,0 +1,141 @@
+"""What the engine needs from the outside world: a store and a transport.
+
+The engine (replay, context, step execution) talks only to these interfaces.
+:mod:`durable.store` implements :class:`Store` on Django models;
+:mod:`durable.transports` implements :class:`Transport` in-process and on Celery.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+
+
+@dataclass
+class RunRecord:
+    id: str
+    workflow: str
+    version: int
+    status: str
+    namespace: str
+    input: Any
+    output: Any
+    error: dict[str, Any] | None
+    wake_at: datetime | None
+    locked_by: str | None
+    locked_until: datetime | None
+    recovery_attempts: int
+    tags: list[str]
+    search_attributes: dict[str, Any]
+    priority: int
+    parent_id: str | None
+    deadline_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+
+
+@dataclass
+class CheckpointRecord:
+    seq: int
+    name: str
+    kind: str
+    status: str
+    input: Any = None
+    output: Any = None
+    error: dict[str, Any] | None = None
+    attempts: int = 0
+    wake_at: datetime | None = None
+    timeout_at: datetime | None = None
+    queue: str | None = None
+    enqueued_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+@dataclass
+class CheckpointWrite:
+    """Insert a checkpoint (``create``) or update one whose status is in ``expect``."""
+
+    record: CheckpointRecord
+    create: bool
+    expect: tuple[str, ...] = ()
+
+
+@dataclass
+class Outcome:
+    """How a turn ends. ``status`` is suspended, completed or failed."""
+
+    status: str
+    output: Any = None
+    error: dict[str, Any] | None = None
+    wake_at: datetime | None = None
+    waiters: list[tuple[str, int]] = field(default_factory=list)
+
+
+@dataclass
+class TurnWrites:
+    """Everything a turn wants to commit in one transaction."""
+
+    checkpoints: list[CheckpointWrite] = field(default_factory=list)
+    consumed_signals: list[int] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.checkpoints or self.consumed_signals)
+
+
+@dataclass
+class StepClaim:
+    """A dispatched step claimed for execution by one worker."""
+
+    run_id: str
+    seq: int
+    name: str
+    input: Any
+    attempt: int
+    namespace: str
+
+
+class Store(Protocol):
+    def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None: ...
+    def load_checkpoints(self, run_id: str) -> dict[int, CheckpointRecord]: ...
+    def commit(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        writes: TurnWrites,
+        outcome: Outcome | None = None,
+    ) -> bool: ...
+    def renew_lease(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> bool: ...
+    def release(self, run_id: str, owner: str, now: datetime, wake_at: datetime, count_recovery: bool) -> bool: ...
+    def block(self, run_id: str, owner: str, now: datetime, reason: dict[str, Any]) -> bool: ...
+    def next_signal(self, run_id: str, name: str, skip: list[int]) -> tuple[int, Any] | None: ...
+    def claim_step(
+        self, run_id: str, seq: int, owner: str, now: datetime, lease_until: datetime
+    ) -> StepClaim | None: ...
+    def finish_step(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        *,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+        retry_at: datetime | None = None,
+    ) -> bool: ...
+    def renew_step(self, run_id: str, seq: int, owner: str, lease_until: datetime) -> bool: ...
+    def poke(self, run_id: str, now: datetime) -> bool: ...
+
+
+class Transport(Protocol):
+    """Pushes work to whoever executes it. Called after the writes it announces commit.
+
+    A transport may lose messages: the sweeps find the work again in the database.
+    """
+
+    def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None: ...
+    def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None: ...

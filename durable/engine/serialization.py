@@ -1,0 +1,47 @@
+"""JSON payloads and error records.
+
+Every value the engine stores (inputs, outputs, errors, signal payloads) is
+plain JSON. Values are normalised on the way in (tuples become lists, keys must
+be strings) so a value seen on the first execution is identical to the value
+replayed from the database later.
+"""
+
+from __future__ import annotations
+
+import json
+import traceback
+from typing import Any
+
+from durable.exceptions import FatalError, InvalidInput
+
+
+def to_json(value: Any, what: str = "value", *, max_bytes: int | None = None) -> Any:
+    """Return ``value`` as it will read back from the database, or raise InvalidInput."""
+    try:
+        text = json.dumps(value, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InvalidInput(f"{what} must be JSON-serialisable: {exc}") from None
+    if max_bytes is not None and len(text.encode()) > max_bytes:
+        raise InvalidInput(f"{what} is {len(text.encode())} bytes of JSON; the limit is {max_bytes}")
+    # Fast path: scalars need no round trip.
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    return json.loads(text)
+
+
+def error_record(exc: BaseException, *, code: str | None = None, retryable: bool | None = None) -> dict[str, Any]:
+    """Describe ``exc`` as the JSON error record stored on runs and checkpoints.
+
+    Keys: ``message``, ``code``, ``retryable``, ``type``, ``traceback``.
+    """
+    if retryable is None:
+        retryable = not isinstance(exc, FatalError)
+    if code is None:
+        code = getattr(exc, "code", None) if isinstance(getattr(exc, "code", None), str) else None
+    return {
+        "message": str(exc),
+        "code": code,
+        "retryable": retryable,
+        "type": type(exc).__name__,
+        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))[-8000:],
+    }

@@ -1,0 +1,109 @@
+"""Exceptions raised by django-durable.
+
+Every public error derives from :class:`DurableError`, so callers can catch the
+whole family at once. Errors about bad arguments also derive from the matching
+builtin (``ValueError``, ``LookupError``) so generic handlers keep working.
+
+Control flow inside a workflow turn (:class:`Suspend`, :class:`LeaseLost`,
+:class:`EngineFault`) derives from ``BaseException``: a user's
+``except Exception:`` around a durable operation must never swallow the
+engine's decision to park the run or abandon a turn it no longer owns.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DurableError(Exception):
+    """Root of every error django-durable raises on purpose."""
+
+
+class ConfigurationError(DurableError):
+    """A workflow or step was declared in a way the engine cannot run."""
+
+
+class InvalidInput(DurableError, ValueError):
+    """An argument was refused before anything was written."""
+
+
+class WorkflowNotFound(DurableError, LookupError):
+    """No workflow with that name (or version) is registered in this process."""
+
+
+class StepNotFound(DurableError, LookupError):
+    """No step with that name is registered in this process."""
+
+
+class RunNotFound(DurableError, LookupError):
+    """No run with that id exists."""
+
+
+class InvalidRunState(DurableError):
+    """The run's status does not allow the requested operation."""
+
+
+class NonDeterminismError(DurableError):
+    """Replay met a different durable operation than the one recorded.
+
+    Raised when the workflow code asks for operation ``name`` at position
+    ``seq`` but the history holds another operation there: the code changed
+    under a run in flight without a ``ctx.patched(...)`` guard.
+    """
+
+
+class FatalError(DurableError):
+    """Raise from a step to fail it at once, without further retries."""
+
+    def __init__(self, message: str = "", *, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class StepFailed(DurableError):
+    """A step failed for good (retries exhausted or a fatal error).
+
+    Raised inside the workflow at the step's call site; catch it to handle the
+    failure, or let it propagate to fail the run.
+    """
+
+    def __init__(self, step: str, seq: int, error: dict[str, Any], attempts: int) -> None:
+        self.step = step
+        self.seq = seq
+        self.error = error
+        self.attempts = attempts
+        message = error.get("message") or error.get("type") or "error"
+        super().__init__(f"step {step!r} (#{seq}) failed after {attempts} attempt(s): {message}")
+
+
+class SignalTimeout(DurableError):
+    """``ctx.wait_signal(name, timeout=...)`` expired before a signal arrived."""
+
+    def __init__(self, name: str, seq: int) -> None:
+        self.name = name
+        self.seq = seq
+        super().__init__(f"no signal {name!r} arrived before the timeout (#{seq})")
+
+
+# ---------------------------------------------------------------------------
+# Internal control flow. Not part of the public API.
+
+
+class Suspend(BaseException):
+    """The turn cannot continue until something happens; park the run."""
+
+
+class LeaseLost(BaseException):
+    """This process no longer holds the run's lease; abandon the turn, write nothing."""
+
+
+class EngineFault(BaseException):
+    """An infrastructure error (database down, conflict) during a durable operation.
+
+    Wraps the original exception so user ``except Exception:`` blocks cannot turn
+    an engine failure into a workflow decision. The turn is abandoned and retried.
+    """
+
+    def __init__(self, original: BaseException) -> None:
+        self.original = original
+        super().__init__(f"{type(original).__name__}: {original}")

@@ -1,0 +1,181 @@
+"""Durable state: runs, their checkpoints, signal waiters and buffered signals.
+
+These tables are the truth. Everything a worker or broker holds can be
+re-derived from them by a sweep. All reads and writes go through
+:mod:`durable.store`; nothing else updates these models.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from durable.engine.clock import now as clock_now
+
+
+class RunStatus(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    RUNNING = "running", _("Running")
+    SUSPENDED = "suspended", _("Suspended")
+    BLOCKED = "blocked", _("Blocked")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+    CANCELLED = "cancelled", _("Cancelled")
+    DEAD = "dead", _("Dead")
+
+
+TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
+ACTIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.BLOCKED)
+
+
+class CheckpointStatus(models.TextChoices):
+    PENDING = "pending", _("Pending")
+    RUNNING = "running", _("Running")
+    COMPLETED = "completed", _("Completed")
+    FAILED = "failed", _("Failed")
+
+
+class CheckpointKind(models.TextChoices):
+    STEP = "step", _("Dispatched step")
+    LOCAL = "local", _("Local step")
+    SLEEP = "sleep", _("Sleep")
+    SIGNAL = "signal", _("Signal")
+    NOW = "now", _("Time")
+    UUID = "uuid", _("UUID")
+    SIDE_EFFECT = "side_effect", _("Side effect")
+
+
+class Run(models.Model):
+    """One execution of one workflow version.
+
+    ``id`` is chosen by the caller (or generated) and doubles as the idempotency
+    key of :func:`durable.start`. ``locked_by``/``locked_until`` form the lease:
+    only the holder may write the run's outcome, and every such write checks it.
+    ``wake_at`` is when a suspended run should next be looked at (a timer, a
+    retry, or the reconcile fallback).
+    """
+
+    id = models.CharField(primary_key=True, max_length=255)
+    workflow = models.CharField(max_length=200)
+    version = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
+    namespace = models.CharField(max_length=100, default="default")
+    input = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    wake_at = models.DateTimeField(null=True, blank=True)
+    locked_by = models.CharField(max_length=100, null=True, blank=True)
+    locked_until = models.DateTimeField(null=True, blank=True)
+    recovery_attempts = models.PositiveIntegerField(default=0)
+    tags = models.JSONField(default=list, blank=True)
+    search_attributes = models.JSONField(default=dict, blank=True)
+    priority = models.IntegerField(default=0)
+    parent_id = models.CharField(max_length=255, null=True, blank=True, db_index=True)
+    deadline_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=clock_now)
+    updated_at = models.DateTimeField(default=clock_now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ("-created_at",)
+        indexes = [
+            # due timers / wakes, and pending runs to pick up
+            models.Index(fields=["status", "wake_at"], name="durable_run_status_wake"),
+            # orphans: running with an expired lease
+            models.Index(fields=["status", "locked_until"], name="durable_run_status_lease"),
+            # lists per namespace and status, newest first
+            models.Index(fields=["namespace", "status", "-created_at"], name="durable_run_ns_status_created"),
+            models.Index(fields=["workflow", "-created_at"], name="durable_run_wf_created"),
+            models.Index(fields=["-created_at"], name="durable_run_created"),
+            # execution timeouts
+            models.Index(
+                fields=["deadline_at"],
+                name="durable_run_deadline",
+                condition=models.Q(deadline_at__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.workflow} v{self.version} {self.id} ({self.status})"
+
+
+class Checkpoint(models.Model):
+    """The recorded outcome of the durable operation at position ``seq`` of a run.
+
+    Written once per ``(run, seq)``: the unique constraint is what makes a step's
+    outcome exactly-once even if the step itself ran twice.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    seq = models.PositiveIntegerField()
+    name = models.CharField(max_length=200)
+    kind = models.CharField(max_length=16, choices=CheckpointKind.choices)
+    status = models.CharField(max_length=16, choices=CheckpointStatus.choices)
+    input = models.JSONField(null=True, blank=True)
+    output = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+    # Timer due time, retry deadline, or the lease of a step being executed.
+    wake_at = models.DateTimeField(null=True, blank=True)
+    timeout_at = models.DateTimeField(null=True, blank=True)
+    queue = models.CharField(max_length=200, null=True, blank=True)
+    locked_by = models.CharField(max_length=100, null=True, blank=True)
+    dispatches = models.PositiveIntegerField(default=0)
+    enqueued_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    progress = models.JSONField(null=True, blank=True)
+    events = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ("run", "seq")
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="durable_checkpoint_run_seq")]
+        indexes = [
+            # dispatched steps to (re)deliver, retries due, expired step leases
+            models.Index(
+                fields=["status", "wake_at"],
+                name="durable_cp_step_due",
+                condition=models.Q(kind="step", status__in=["pending", "running"]),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.kind} {self.name} ({self.status})"
+
+
+class SignalWaiter(models.Model):
+    """A suspended run waiting for signal ``name`` at position ``seq``.
+
+    Replaced as a whole by each suspension of the run, and deleted by its own
+    run id and position only, so a waiter is never removed on another run's behalf.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="waiters")
+    name = models.CharField(max_length=200)
+    seq = models.PositiveIntegerField()
+    created_at = models.DateTimeField(default=clock_now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="durable_waiter_run_seq")]
+        indexes = [models.Index(fields=["run", "name"], name="durable_waiter_run_name")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} waits for {self.name!r} (#{self.seq})"
+
+
+class BufferedSignal(models.Model):
+    """A signal delivered to a run, kept until a ``wait_signal`` consumes it (FIFO per name)."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="buffered_signals")
+    name = models.CharField(max_length=200)
+    payload = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=clock_now)
+
+    class Meta:
+        ordering = ("id",)
+        indexes = [models.Index(fields=["run", "name", "id"], name="durable_signal_run_name")]
+
+    def __str__(self) -> str:
+        return f"signal {self.name!r} for {self.run_id}"

@@ -1,0 +1,455 @@
+"""All database access for runs, checkpoints, leases and signals.
+
+Nothing else in django-durable queries or writes these tables. Every status
+write is compare-and-set (``UPDATE ... WHERE status IN (...)``) and every
+write made on behalf of a lease holder also checks ``locked_by``. Locks are
+always taken run row first, then its checkpoints and signals, so concurrent
+writers (a turn's commit, a step result, a signal, a cancel) serialise on the
+run row and cannot deadlock each other.
+
+Timestamps come from the engine clock (passed in as ``now``), never from the
+database, so fake clocks in tests see consistent time everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import asdict
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Min, Q
+
+from durable.engine.ports import (
+    CheckpointRecord,
+    Outcome,
+    RunRecord,
+    StepClaim,
+    TurnWrites,
+)
+from durable.exceptions import InvalidRunState, RunNotFound
+from durable.models import (
+    ACTIVE,
+    TERMINAL,
+    BufferedSignal,
+    Checkpoint,
+    CheckpointStatus,
+    Run,
+    RunStatus,
+    SignalWaiter,
+)
+
+CP_STATUS = CheckpointStatus
+_RUN_FIELDS = [f.name for f in Run._meta.concrete_fields]
+_CP_FIELDS = list(CheckpointRecord.__dataclass_fields__)
+
+
+def _run_record(row: Run) -> RunRecord:
+    return RunRecord(**{name: getattr(row, name) for name in RunRecord.__dataclass_fields__})
+
+
+def _cp_record(row: dict[str, Any]) -> CheckpointRecord:
+    return CheckpointRecord(**{name: row[name] for name in _CP_FIELDS})
+
+
+class DjangoStore:
+    """:class:`durable.engine.ports.Store` on the Django ORM."""
+
+    # -- runs ----------------------------------------------------------------
+    def create_run(self, fields: dict[str, Any]) -> tuple[RunRecord, bool]:
+        """Insert the run, or return the existing one with that id (idempotent start).
+
+        Safe against concurrent callers: the primary key decides the winner and
+        the loser reads the winner's row (after it commits, on PostgreSQL).
+        """
+        run_id = fields["id"]
+        existing = Run.objects.filter(id=run_id).first()
+        if existing is not None:
+            return _run_record(existing), False
+        try:
+            with transaction.atomic():
+                row = Run.objects.create(**fields)
+        except IntegrityError:
+            existing = Run.objects.filter(id=run_id).first()
+            if existing is None:
+                raise
+            return _run_record(existing), False
+        return _run_record(row), True
+
+    def get_run(self, run_id: str) -> RunRecord | None:
+        row = Run.objects.filter(id=run_id).first()
+        return _run_record(row) if row is not None else None
+
+    def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None:
+        """Take the lease of a pending run, or of a suspended run whose wake is due."""
+        claimed = Run.objects.filter(
+            Q(status=RunStatus.PENDING) | Q(status=RunStatus.SUSPENDED, wake_at__lte=now), id=run_id
+        ).update(status=RunStatus.RUNNING, locked_by=owner, locked_until=lease_until, updated_at=now)
+        if not claimed:
+            return None
+        row = Run.objects.get(id=run_id)
+        if row.started_at is None:
+            Run.objects.filter(id=run_id, started_at__isnull=True).update(started_at=now)
+            row.started_at = now
+        return _run_record(row)
+
+    def renew_lease(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> bool:
+        return bool(
+            Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(
+                locked_until=lease_until
+            )
+        )
+
+    def release(
+        self, run_id: str, owner: str, now: datetime, wake_at: datetime, count_recovery: bool
+    ) -> bool:
+        """Hand a running run back (suspended, due at ``wake_at``) without an outcome."""
+        fields: dict[str, Any] = dict(
+            status=RunStatus.SUSPENDED, wake_at=wake_at, locked_by=None, locked_until=None, updated_at=now
+        )
+        if count_recovery:
+            fields["recovery_attempts"] = F("recovery_attempts") + 1
+        return bool(Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(**fields))
+
+    def block(self, run_id: str, owner: str, now: datetime, reason: dict[str, Any]) -> bool:
+        return bool(
+            Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(
+                status=RunStatus.BLOCKED, error=reason, locked_by=None, locked_until=None, updated_at=now
+            )
+        )
+
+    def unblock(self, run_ids: Iterable[str], now: datetime) -> int:
+        return Run.objects.filter(id__in=list(run_ids), status=RunStatus.BLOCKED).update(
+            status=RunStatus.PENDING, error=None, updated_at=now
+        )
+
+    # -- turns -------------------------------------------------------------
+    def load_checkpoints(self, run_id: str) -> dict[int, CheckpointRecord]:
+        rows = Checkpoint.objects.filter(run_id=run_id).order_by("seq").values(*_CP_FIELDS)
+        return {row["seq"]: _cp_record(row) for row in rows}
+
+    def commit(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        writes: TurnWrites,
+        outcome: Outcome | None = None,
+    ) -> bool:
+        """Write a turn's checkpoints (and, with ``outcome``, settle the run) atomically.
+
+        The first statement is the compare-and-set on the lease; when it matches
+        nothing the turn has lost the run and nothing at all is written.
+        Settling releases the lease in that same statement. A suspension that
+        registers signal waiters re-checks the signal buffer after taking the run
+        row lock, which closes the race with a concurrent :meth:`signal`.
+        """
+        with transaction.atomic():
+            mine = Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner)
+            if outcome is None:
+                updated = mine.update(locked_until=lease_until, updated_at=now)
+            else:
+                fields: dict[str, Any] = dict(
+                    status=outcome.status, updated_at=now, locked_by=None, locked_until=None
+                )
+                if outcome.status == RunStatus.SUSPENDED:
+                    fields["wake_at"] = outcome.wake_at
+                else:
+                    fields.update(wake_at=None, finished_at=now, output=outcome.output, error=outcome.error)
+                updated = mine.update(**fields)
+            if not updated:
+                return False
+            self._apply(run_id, writes)
+            if outcome is not None:
+                touched_signals = writes.consumed_signals or any(
+                    w.record.kind == "signal" for w in writes.checkpoints
+                )
+                if outcome.status != RunStatus.SUSPENDED or outcome.waiters or touched_signals:
+                    SignalWaiter.objects.filter(run_id=run_id).delete()
+                if outcome.waiters:
+                    SignalWaiter.objects.bulk_create(
+                        [SignalWaiter(run_id=run_id, name=name, seq=seq, created_at=now) for name, seq in outcome.waiters]
+                    )
+                    names = {name for name, _ in outcome.waiters}
+                    if BufferedSignal.objects.filter(run_id=run_id, name__in=names).exists():
+                        Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now)
+                        outcome.wake_at = now
+        return True
+
+    def _apply(self, run_id: str, writes: TurnWrites) -> None:
+        new = [w.record for w in writes.checkpoints if w.create]
+        if new:
+            Checkpoint.objects.bulk_create([Checkpoint(run_id=run_id, **asdict(rec)) for rec in new])
+        for w in writes.checkpoints:
+            if w.create:
+                continue
+            rec = asdict(w.record)
+            seq = rec.pop("seq")
+            for key in ("name", "kind", "queue", "enqueued_at"):
+                rec.pop(key)
+            if rec["started_at"] is None:
+                rec.pop("started_at")
+            Checkpoint.objects.filter(run_id=run_id, seq=seq, status__in=w.expect).update(**rec)
+        if writes.consumed_signals:
+            BufferedSignal.objects.filter(run_id=run_id, id__in=writes.consumed_signals).delete()
+
+    def next_signal(self, run_id: str, name: str, skip: list[int]) -> tuple[int, Any] | None:
+        row = (
+            BufferedSignal.objects.filter(run_id=run_id, name=name)
+            .exclude(id__in=skip)
+            .order_by("id")
+            .values_list("id", "payload")
+            .first()
+        )
+        return (row[0], row[1]) if row is not None else None
+
+    # -- signals and cancellation ------------------------------------------
+    def signal(self, run_id: str, name: str, payload: Any, now: datetime) -> bool:
+        """Buffer a signal and wake the run if it waits for that name. Returns True if woken."""
+        with transaction.atomic():
+            status = Run.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
+            if status is None:
+                raise RunNotFound(f"no run with id {run_id!r}")
+            if status in TERMINAL:
+                raise InvalidRunState(f"run {run_id!r} is {status}; it takes no more signals")
+            BufferedSignal.objects.create(run_id=run_id, name=name, payload=payload, created_at=now)
+            if SignalWaiter.objects.filter(run_id=run_id, name=name).exists():
+                return bool(
+                    Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now, updated_at=now)
+                )
+        return False
+
+    def cancel(self, run_id: str, now: datetime) -> bool:
+        """Cancel an active run. Returns False when it was already terminal."""
+        with transaction.atomic():
+            cancelled = Run.objects.filter(id=run_id, status__in=ACTIVE).update(
+                status=RunStatus.CANCELLED,
+                finished_at=now,
+                updated_at=now,
+                wake_at=None,
+                locked_by=None,
+                locked_until=None,
+            )
+            if cancelled:
+                SignalWaiter.objects.filter(run_id=run_id).delete()
+                return True
+        if not Run.objects.filter(id=run_id).exists():
+            raise RunNotFound(f"no run with id {run_id!r}")
+        return False
+
+    # -- dispatched steps ----------------------------------------------------
+    def claim_step(
+        self,
+        run_id: str,
+        seq: int,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        timeout_of: Callable[[str], float | None] = lambda name: None,
+    ) -> StepClaim | None:
+        with transaction.atomic():
+            row = (
+                Checkpoint.objects.select_for_update()
+                .filter(run_id=run_id, seq=seq, kind="step")
+                .values("id", "name", "status", "input", "attempts", "wake_at", "error")
+                .first()
+            )
+            if row is None or row["status"] != CP_STATUS.PENDING:
+                return None
+            if row["error"] is not None and row["wake_at"] is not None and row["wake_at"] > now:
+                return None  # a retry that is not due yet
+            run = Run.objects.filter(id=run_id).values_list("status", "namespace").first()
+            if run is None or run[0] not in ACTIVE:
+                return None
+            timeout = timeout_of(row["name"])
+            Checkpoint.objects.filter(id=row["id"]).update(
+                status=CP_STATUS.RUNNING,
+                attempts=F("attempts") + 1,
+                locked_by=owner,
+                wake_at=lease_until,
+                started_at=now,
+                timeout_at=now + timedelta(seconds=timeout) if timeout else None,
+            )
+        return StepClaim(run_id, seq, row["name"], row["input"], row["attempts"] + 1, run[1])
+
+    def renew_step(self, run_id: str, seq: int, owner: str, lease_until: datetime) -> bool:
+        return bool(
+            Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.RUNNING, locked_by=owner).update(
+                wake_at=lease_until
+            )
+        )
+
+    def heartbeat_step(self, run_id: str, seq: int, now: datetime, progress: Any, lease_until: datetime) -> None:
+        Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.RUNNING).update(
+            heartbeat_at=now, progress=progress, wake_at=lease_until
+        )
+
+    def finish_step(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        *,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+        retry_at: datetime | None = None,
+    ) -> bool:
+        """Settle (or schedule the retry of) a dispatched step; wake its run.
+
+        Returns True when the run was woken and should take its next turn.
+        A duplicate result finds the checkpoint settled, changes nothing, and
+        still wakes the run so a resume lost after the first result is re-driven.
+        """
+        with transaction.atomic():
+            status = Run.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
+            if status is None or status in (RunStatus.CANCELLED, RunStatus.COMPLETED):
+                return False
+            open_cp = Checkpoint.objects.filter(
+                run_id=run_id, seq=seq, status__in=(CP_STATUS.PENDING, CP_STATUS.RUNNING)
+            )
+            if retry_at is not None:
+                open_cp.update(status=CP_STATUS.PENDING, error=error, wake_at=retry_at, locked_by=None)
+                return False
+            if error is not None:
+                open_cp.update(status=CP_STATUS.FAILED, error=error, wake_at=None, finished_at=now, locked_by=None)
+            else:
+                open_cp.update(
+                    status=CP_STATUS.COMPLETED, output=output, error=None, wake_at=None, finished_at=now, locked_by=None
+                )
+            if status != RunStatus.SUSPENDED:
+                return False
+            return bool(Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now))
+
+    def poke_if_settled(self, run_id: str, seq: int, now: datetime) -> bool:
+        settled = Checkpoint.objects.filter(
+            run_id=run_id, seq=seq, status__in=(CP_STATUS.COMPLETED, CP_STATUS.FAILED)
+        ).exists()
+        return settled and self.poke(run_id, now)
+
+    def poke(self, run_id: str, now: datetime) -> bool:
+        return bool(Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now))
+
+    # -- sweeps ------------------------------------------------------------
+    def due_runs(self, now: datetime, limit: int) -> list[str]:
+        pending = list(
+            Run.objects.filter(status=RunStatus.PENDING)
+            .order_by("-priority", "created_at")
+            .values_list("id", flat=True)[:limit]
+        )
+        suspended = list(
+            Run.objects.filter(status=RunStatus.SUSPENDED, wake_at__lte=now)
+            .order_by("wake_at")
+            .values_list("id", flat=True)[: max(limit - len(pending), 0)]
+        )
+        return pending + suspended
+
+    def due_steps(self, now: datetime, limit: int) -> list[tuple[str, int, str | None]]:
+        """Pending dispatched steps that may be claimed now (fresh, or retry due)."""
+        rows = (
+            Checkpoint.objects.filter(kind="step", status=CP_STATUS.PENDING, run__status__in=ACTIVE)
+            .filter(Q(error__isnull=True) | Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+            .order_by("enqueued_at")
+            .values_list("run_id", "seq", "queue")[:limit]
+        )
+        return list(rows)
+
+    def orphans(self, now: datetime, limit: int) -> list[str]:
+        return list(
+            Run.objects.filter(status=RunStatus.RUNNING, locked_until__lt=now).values_list("id", flat=True)[:limit]
+        )
+
+    def recover_orphan(
+        self, run_id: str, owner: str, now: datetime, lease_until: datetime, max_attempts: int
+    ) -> RunRecord | str | None:
+        """Take an expired lease and decide on the run as re-read under it.
+
+        Returns the run (lease held, recovery counted) to run a turn on,
+        ``"dead"`` when it exceeded ``max_attempts``, or None when it was not an
+        orphan after all (lease renewed, run moved on, or a concurrent cancel).
+        """
+        taken = Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_until__lt=now).update(
+            locked_by=owner, locked_until=lease_until
+        )
+        if not taken:
+            return None
+        row = Run.objects.filter(id=run_id).first()
+        if row is None or row.status != RunStatus.RUNNING or row.locked_by != owner:
+            return None
+        attempts = row.recovery_attempts + 1
+        mine = Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner)
+        if attempts > max_attempts:
+            error = {
+                "message": f"run was orphaned {attempts} times (limit {max_attempts}); giving up",
+                "code": "max_recovery_attempts",
+                "retryable": False,
+                "type": "Dead",
+                "traceback": None,
+            }
+            dead = mine.update(
+                status=RunStatus.DEAD,
+                error=error,
+                recovery_attempts=attempts,
+                finished_at=now,
+                updated_at=now,
+                locked_by=None,
+                locked_until=None,
+            )
+            return "dead" if dead else None
+        if not mine.update(recovery_attempts=attempts, updated_at=now):
+            return None
+        row.recovery_attempts = attempts
+        return _run_record(row)
+
+    def overdue_runs(self, now: datetime, limit: int) -> list[str]:
+        return list(
+            Run.objects.filter(deadline_at__lt=now, status__in=ACTIVE).values_list("id", flat=True)[:limit]
+        )
+
+    def fail_overdue(self, run_id: str, now: datetime, error: dict[str, Any]) -> bool:
+        with transaction.atomic():
+            failed = Run.objects.filter(id=run_id, deadline_at__lt=now, status__in=ACTIVE).update(
+                status=RunStatus.FAILED,
+                error=error,
+                finished_at=now,
+                updated_at=now,
+                wake_at=None,
+                locked_by=None,
+                locked_until=None,
+            )
+            if failed:
+                SignalWaiter.objects.filter(run_id=run_id).delete()
+        return bool(failed)
+
+    def expired_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]:
+        """Running steps whose execution lease lapsed (worker gone) or whose timeout passed."""
+        return list(
+            Checkpoint.objects.filter(kind="step", status=CP_STATUS.RUNNING)
+            .filter(Q(wake_at__lt=now) | Q(timeout_at__lt=now))
+            .values("run_id", "seq", "name", "queue", "attempts", "wake_at", "timeout_at")[:limit]
+        )
+
+    def reset_step(self, run_id: str, seq: int, expected_wake: datetime | None) -> bool:
+        """Put a running step whose worker vanished back to pending (same step id)."""
+        cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.RUNNING, wake_at=expected_wake)
+        return bool(
+            cp.update(status=CP_STATUS.PENDING, locked_by=None, wake_at=None, dispatches=F("dispatches") + 1)
+        )
+
+    def blocked_runs(self, limit: int) -> list[tuple[str, str, int]]:
+        return list(
+            Run.objects.filter(status=RunStatus.BLOCKED).values_list("id", "workflow", "version")[:limit]
+        )
+
+    def next_due(self) -> datetime | None:
+        """The earliest moment at which some work falls due (for test drivers)."""
+        run_wake = Run.objects.filter(status=RunStatus.SUSPENDED).aggregate(m=Min("wake_at"))["m"]
+        step_wake = Checkpoint.objects.filter(
+            kind="step", status__in=(CP_STATUS.PENDING, CP_STATUS.RUNNING), wake_at__isnull=False
+        ).aggregate(m=Min("wake_at"))["m"]
+        candidates = [d for d in (run_wake, step_wake) if d is not None]
+        return min(candidates) if candidates else None
+
+
+store = DjangoStore()

@@ -1,0 +1,183 @@
+"""Sweeps: re-derive due work from the database.
+
+Each sweep is a plain function, safe to run at the same time on any number of
+machines (every state change it makes is compare-and-set), bounded by
+``DURABLE["SWEEP_BATCH"]`` per call, and returns how much it did.
+
+``execute=True`` runs the work in the calling thread (worker loop, test kit);
+``execute=False`` only announces it through the transport (Celery beat), so a
+worker with the right queue picks it up.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+
+from durable.engine import clock
+from durable.engine.core import Engine
+from durable.engine.registry import registry
+from durable.exceptions import StepNotFound, WorkflowNotFound
+
+logger = logging.getLogger("durable.sweeps")
+
+StopCheck = Callable[[], bool]
+
+
+def _never() -> bool:
+    return False
+
+
+def expire_timeouts(engine: Engine, *, should_stop: StopCheck = _never) -> int:
+    """Fail runs past their execution timeout (``@workflow(timeout=...)``)."""
+    now = clock.now()
+    done = 0
+    for run_id in engine.store.overdue_runs(now, engine.settings.sweep_batch):
+        if should_stop():
+            break
+        error = {
+            "message": "the run exceeded its execution timeout",
+            "code": "timeout",
+            "retryable": False,
+            "type": "Timeout",
+            "traceback": None,
+        }
+        done += engine.store.fail_overdue(run_id, now, error)
+    return done
+
+
+def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCheck = _never) -> dict[str, int]:
+    """Take over runs left ``running`` by a turn whose lease expired (its worker died).
+
+    The decision is made on the run as re-read under the new lease; a run past
+    ``MAX_RECOVERY_ATTEMPTS`` goes ``dead`` (only if still running: a
+    concurrent cancel wins).
+    """
+    store = engine.store
+    counts = {"recovered": 0, "dead": 0}
+    now = clock.now()
+    for run_id in store.orphans(now, engine.settings.sweep_batch):
+        if should_stop():
+            break
+        now = clock.now()
+        lease_until = now + timedelta(seconds=engine.settings.lease)
+        result = store.recover_orphan(run_id, engine.owner, now, lease_until, engine.settings.max_recovery_attempts)
+        if result is None:
+            continue
+        if result == "dead":
+            counts["dead"] += 1
+            logger.error("run %s dead-lettered after too many recoveries", run_id)
+            continue
+        counts["recovered"] += 1
+        if execute:
+            engine.run_turn(run_id, acquired=result)  # type: ignore[arg-type]
+        elif store.release(run_id, engine.owner, now, now, False):
+            engine.transport.dispatch_turn(run_id)
+    return counts
+
+
+def recheck_blocked(engine: Engine) -> int:
+    """Return blocked runs to pending once their workflow version is registered here."""
+    ready = []
+    for run_id, name, version in engine.store.blocked_runs(engine.settings.sweep_batch):
+        try:
+            registry.get_workflow(name, version)
+        except WorkflowNotFound:
+            continue
+        ready.append(run_id)
+    if not ready:
+        return 0
+    count = int(engine.store.unblock(ready, clock.now()))
+    for run_id in ready:
+        engine.transport.dispatch_turn(run_id)
+    return count
+
+
+def recover_steps(engine: Engine, *, execute: bool = True, should_stop: StopCheck = _never) -> int:
+    """Handle running steps whose worker vanished (lease lapsed) or whose timeout passed.
+
+    A vanished worker's step goes back to pending under the same step id and
+    runs again. A timed-out attempt counts as a failure: retried under the
+    step's policy, else the step fails with code ``step_timeout``.
+    """
+    store = engine.store
+    now = clock.now()
+    done = 0
+    for row in store.expired_steps(now, engine.settings.sweep_batch):
+        if should_stop():
+            break
+        run_id, seq = row["run_id"], row["seq"]
+        if row["timeout_at"] is not None and row["timeout_at"] < now:
+            error = {
+                "message": f"step {row['name']!r} timed out",
+                "code": "step_timeout",
+                "retryable": True,
+                "type": "StepTimeout",
+                "traceback": None,
+            }
+            try:
+                sd = registry.get_step(row["name"])
+                retry = row["attempts"] <= sd.retries
+                delay = sd.backoff.delay(row["attempts"]) if retry else 0.0
+            except StepNotFound:
+                retry, delay = False, 0.0
+            if retry:
+                store.finish_step(run_id, seq, now, error=error, retry_at=now + timedelta(seconds=delay))
+                engine.transport.dispatch_step(run_id, seq, row["queue"], delay=delay)
+            elif store.finish_step(run_id, seq, now, error=error):
+                _turn(engine, run_id, execute)
+            done += 1
+            continue
+        if store.reset_step(run_id, seq, row["wake_at"]):
+            done += 1
+            if execute:
+                engine.execute_step(run_id, seq)
+            else:
+                engine.transport.dispatch_step(run_id, seq, row["queue"])
+    return done
+
+
+def run_due_steps(engine: Engine, *, should_stop: StopCheck = _never) -> int:
+    """Execute pending dispatched steps here (polling deployments and the test kit)."""
+    done = 0
+    for run_id, seq, _queue in engine.store.due_steps(clock.now(), engine.settings.sweep_batch):
+        if should_stop():
+            break
+        if engine.execute_step(run_id, seq) != "skipped":
+            done += 1
+    return done
+
+
+def wake_due_runs(engine: Engine, *, execute: bool = True, should_stop: StopCheck = _never) -> int:
+    """Run (or dispatch) pending runs and suspended runs whose wake time has come."""
+    done = 0
+    for run_id in engine.store.due_runs(clock.now(), engine.settings.sweep_batch):
+        if should_stop():
+            break
+        if execute:
+            if engine.run_turn(run_id) is not None:
+                done += 1
+        else:
+            engine.transport.dispatch_turn(run_id)
+            done += 1
+    return done
+
+
+def _turn(engine: Engine, run_id: str, execute: bool) -> None:
+    if execute:
+        engine.run_turn(run_id)
+    else:
+        engine.transport.dispatch_turn(run_id)
+
+
+def tick(engine: Engine, *, execute: bool = True, should_stop: StopCheck = _never) -> dict[str, int]:
+    """One pass of every sweep. Returns counts per sweep."""
+    counts = {"timeouts": expire_timeouts(engine, should_stop=should_stop)}
+    counts.update(recover_orphans(engine, execute=execute, should_stop=should_stop))
+    counts["unblocked"] = recheck_blocked(engine)
+    counts["steps_recovered"] = recover_steps(engine, execute=execute, should_stop=should_stop)
+    if execute:
+        counts["steps"] = run_due_steps(engine, should_stop=should_stop)
+    counts["turns"] = wake_due_runs(engine, execute=execute, should_stop=should_stop)
+    return counts

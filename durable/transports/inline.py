@@ -1,0 +1,83 @@
+"""In-process transport: turns and steps run on a pool of threads of this process.
+
+The embedded default. Delayed work (a timer due in a few seconds, a retry) is
+kept on a small in-memory schedule; anything further out, and anything lost
+when the process stops, is picked up by the worker loop from the database.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING
+
+from django.db import close_old_connections
+
+if TYPE_CHECKING:
+    from durable.engine.core import Engine
+
+logger = logging.getLogger("durable.inline")
+
+# Delays longer than this are left to the worker loop's timer sweep.
+MAX_SCHEDULED_DELAY = 60.0
+
+
+class InlineTransport:
+    def __init__(self, get_engine: Callable[[], Engine], threads: int) -> None:
+        self._get_engine = get_engine
+        self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="durable")
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._ids = itertools.count()
+        self._cond = threading.Condition()
+        self._timer: threading.Thread | None = None
+        self._closed = False
+
+    def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
+        self._submit(lambda: self._get_engine().run_turn(run_id), delay)
+
+    def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None:
+        self._submit(lambda: self._get_engine().execute_step(run_id, seq), delay)
+
+    def _submit(self, job: Callable[[], None], delay: float) -> None:
+        if self._closed:
+            return
+        if delay <= 0:
+            self._pool.submit(self._run, job)
+        elif delay <= MAX_SCHEDULED_DELAY:
+            with self._cond:
+                heapq.heappush(self._heap, (time.monotonic() + delay, next(self._ids), job))
+                if self._timer is None:
+                    self._timer = threading.Thread(target=self._schedule_loop, name="durable-timer", daemon=True)
+                    self._timer.start()
+                self._cond.notify()
+
+    @staticmethod
+    def _run(job: Callable[[], None]) -> None:
+        try:
+            job()
+        except Exception:
+            logger.exception("in-process durable job failed; the sweeps will retry it")
+        finally:
+            close_old_connections()
+
+    def _schedule_loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    timeout = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(timeout)
+                if self._closed:
+                    return
+                _, _, job = heapq.heappop(self._heap)
+            self._pool.submit(self._run, job)
+
+    def shutdown(self, wait: bool = False) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._pool.shutdown(wait=wait)

@@ -1,0 +1,14 @@
+"""A transport that pushes nothing: work is found by polling (worker loop, test kit)."""
+
+from __future__ import annotations
+
+
+class ManualTransport:
+    def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
+        return None
+
+    def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None:
+        return None
+
+    def shutdown(self, wait: bool = False) -> None:
+        return None

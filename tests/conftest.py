@@ -1,0 +1,29 @@
+from __future__ import annotations
+
+import os
+
+import pytest
+from django.db import connection
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+def is_postgres() -> bool:
+    return connection.vendor == "postgresql"
+
+
+@pytest.fixture(autouse=True)
+def _require_services(request: pytest.FixtureRequest) -> None:
+    # A PostgreSQL-only test on another database fails loudly rather than skipping.
+    if request.node.get_closest_marker("postgres") and not is_postgres():
+        pytest.fail("this test needs PostgreSQL: set DATABASE_URL=postgres://... (scripts/test does)")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_engine():
+    """Each test starts with the real clock."""
+    from durable.engine import clock
+
+    previous = clock.install(clock.SystemClock())
+    yield
+    clock.install(previous)
