@@ -87,7 +87,9 @@ class RunInfo:
 
 def _check_id(run_id: Any, what: str = "run_id") -> str:
     if not isinstance(run_id, str) or not _ID.match(run_id):
-        raise InvalidInput(f"{what} must be a non-empty string of at most 255 characters without spaces, got {run_id!r}")
+        raise InvalidInput(
+            f"{what} must be a non-empty string of at most 255 characters without spaces, got {run_id!r}"
+        )
     return run_id
 
 

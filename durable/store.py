@@ -96,14 +96,10 @@ class DjangoStore:
 
     def renew_lease(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> bool:
         return bool(
-            Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(
-                locked_until=lease_until
-            )
+            Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(locked_until=lease_until)
         )
 
-    def release(
-        self, run_id: str, owner: str, now: datetime, wake_at: datetime, count_recovery: bool
-    ) -> bool:
+    def release(self, run_id: str, owner: str, now: datetime, wake_at: datetime, count_recovery: bool) -> bool:
         """Hand a running run back (suspended, due at ``wake_at``) without an outcome."""
         fields: dict[str, Any] = dict(
             status=RunStatus.SUSPENDED, wake_at=wake_at, locked_by=None, locked_until=None, updated_at=now
@@ -151,9 +147,7 @@ class DjangoStore:
             if outcome is None:
                 updated = mine.update(locked_until=lease_until, updated_at=now)
             else:
-                fields: dict[str, Any] = dict(
-                    status=outcome.status, updated_at=now, locked_by=None, locked_until=None
-                )
+                fields: dict[str, Any] = dict(status=outcome.status, updated_at=now, locked_by=None, locked_until=None)
                 if outcome.status == RunStatus.SUSPENDED:
                     fields["wake_at"] = outcome.wake_at
                 else:
@@ -163,14 +157,15 @@ class DjangoStore:
                 return False
             self._apply(run_id, writes)
             if outcome is not None:
-                touched_signals = writes.consumed_signals or any(
-                    w.record.kind == "signal" for w in writes.checkpoints
-                )
+                touched_signals = writes.consumed_signals or any(w.record.kind == "signal" for w in writes.checkpoints)
                 if outcome.status != RunStatus.SUSPENDED or outcome.waiters or touched_signals:
                     SignalWaiter.objects.filter(run_id=run_id).delete()
                 if outcome.waiters:
                     SignalWaiter.objects.bulk_create(
-                        [SignalWaiter(run_id=run_id, name=name, seq=seq, created_at=now) for name, seq in outcome.waiters]
+                        [
+                            SignalWaiter(run_id=run_id, name=name, seq=seq, created_at=now)
+                            for name, seq in outcome.waiters
+                        ]
                     )
                     names = {name for name, _ in outcome.waiters}
                     if BufferedSignal.objects.filter(run_id=run_id, name__in=names).exists():
@@ -403,9 +398,7 @@ class DjangoStore:
         return _run_record(row)
 
     def overdue_runs(self, now: datetime, limit: int) -> list[str]:
-        return list(
-            Run.objects.filter(deadline_at__lt=now, status__in=ACTIVE).values_list("id", flat=True)[:limit]
-        )
+        return list(Run.objects.filter(deadline_at__lt=now, status__in=ACTIVE).values_list("id", flat=True)[:limit])
 
     def fail_overdue(self, run_id: str, now: datetime, error: dict[str, Any]) -> bool:
         with transaction.atomic():
@@ -424,23 +417,20 @@ class DjangoStore:
 
     def expired_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]:
         """Running steps whose execution lease lapsed (worker gone) or whose timeout passed."""
-        return list(
+        rows = (
             Checkpoint.objects.filter(kind="step", status=CP_STATUS.RUNNING)
             .filter(Q(wake_at__lt=now) | Q(timeout_at__lt=now))
             .values("run_id", "seq", "name", "queue", "attempts", "wake_at", "timeout_at")[:limit]
         )
+        return [dict(row) for row in rows]
 
     def reset_step(self, run_id: str, seq: int, expected_wake: datetime | None) -> bool:
         """Put a running step whose worker vanished back to pending (same step id)."""
         cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.RUNNING, wake_at=expected_wake)
-        return bool(
-            cp.update(status=CP_STATUS.PENDING, locked_by=None, wake_at=None, dispatches=F("dispatches") + 1)
-        )
+        return bool(cp.update(status=CP_STATUS.PENDING, locked_by=None, wake_at=None, dispatches=F("dispatches") + 1))
 
     def blocked_runs(self, limit: int) -> list[tuple[str, str, int]]:
-        return list(
-            Run.objects.filter(status=RunStatus.BLOCKED).values_list("id", "workflow", "version")[:limit]
-        )
+        return list(Run.objects.filter(status=RunStatus.BLOCKED).values_list("id", "workflow", "version")[:limit])
 
     def next_due(self) -> datetime | None:
         """The earliest moment at which some work falls due (for test drivers)."""

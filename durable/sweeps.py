@@ -65,13 +65,13 @@ def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCh
         result = store.recover_orphan(run_id, engine.owner, now, lease_until, engine.settings.max_recovery_attempts)
         if result is None:
             continue
-        if result == "dead":
+        if isinstance(result, str):
             counts["dead"] += 1
             logger.error("run %s dead-lettered after too many recoveries", run_id)
             continue
         counts["recovered"] += 1
         if execute:
-            engine.run_turn(run_id, acquired=result)  # type: ignore[arg-type]
+            engine.run_turn(run_id, acquired=result)
         elif store.release(run_id, engine.owner, now, now, False):
             engine.transport.dispatch_turn(run_id)
     return counts

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from django.db import close_old_connections
+from django.db import close_old_connections, connection
 
 from durable import sweeps
 from durable.runtime import get_engine
@@ -33,7 +33,9 @@ class WorkerLoop:
         try:
             return sweeps.tick(get_engine(), execute=True, should_stop=self.stop.is_set)
         finally:
-            close_old_connections()
+            # Inside a test's transaction the connection must stay as it is.
+            if not connection.in_atomic_block:
+                close_old_connections()
 
     def run_forever(self) -> None:
         while not self.stop.is_set():

@@ -5,6 +5,8 @@ import os
 import pytest
 from django.db import connection
 
+from tests import workflows as _shared_workflows  # noqa: F401  (registers them)
+
 IN_CI = os.environ.get("CI") == "true"
 
 

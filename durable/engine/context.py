@@ -185,22 +185,40 @@ class WorkflowContext:
             if err["retryable"] and attempt <= retries:
                 retry_at = clock.now() + timedelta(seconds=policy.delay(attempt))
                 rec = CheckpointRecord(
-                    seq=seq, name=name, kind="local", status=PENDING, error=err,
-                    attempts=attempt, wake_at=retry_at, started_at=started,
+                    seq=seq,
+                    name=name,
+                    kind="local",
+                    status=PENDING,
+                    error=err,
+                    attempts=attempt,
+                    wake_at=retry_at,
+                    started_at=started,
                 )
                 turn.defer(CheckpointWrite(rec, create=cp is None, expect=(PENDING,)))
                 turn.flush()
                 raise self._suspend(retry_at) from None
             rec = CheckpointRecord(
-                seq=seq, name=name, kind="local", status=FAILED, error=err,
-                attempts=attempt, started_at=started, finished_at=clock.now(),
+                seq=seq,
+                name=name,
+                kind="local",
+                status=FAILED,
+                error=err,
+                attempts=attempt,
+                started_at=started,
+                finished_at=clock.now(),
             )
             turn.defer(CheckpointWrite(rec, create=cp is None, expect=(PENDING,)))
             turn.flush()
             raise StepFailed(name, seq, err, attempt) from exc
         rec = CheckpointRecord(
-            seq=seq, name=name, kind="local", status=COMPLETED, output=value,
-            attempts=attempt, started_at=started, finished_at=clock.now(),
+            seq=seq,
+            name=name,
+            kind="local",
+            status=COMPLETED,
+            output=value,
+            attempts=attempt,
+            started_at=started,
+            finished_at=clock.now(),
         )
         turn.defer(CheckpointWrite(rec, create=cp is None, expect=(PENDING,)))
         turn.flush()
@@ -225,8 +243,13 @@ class WorkflowContext:
         payload = to_json({"args": list(args), "kwargs": kwargs}, f"arguments of step {sd.name!r}")
         now = clock.now()
         rec = CheckpointRecord(
-            seq=seq, name=sd.name, kind="step", status=PENDING, input=payload,
-            queue=sd.queue, enqueued_at=now,
+            seq=seq,
+            name=sd.name,
+            kind="step",
+            status=PENDING,
+            input=payload,
+            queue=sd.queue,
+            enqueued_at=now,
         )
         turn = self._turn
         turn.defer(CheckpointWrite(rec, create=True))
@@ -293,7 +316,12 @@ class WorkflowContext:
             deadline = now + parse_duration(timeout)
         if deadline is not None and deadline <= now:
             rec = CheckpointRecord(
-                seq=seq, name=name, kind="signal", status=FAILED, wake_at=deadline, finished_at=now,
+                seq=seq,
+                name=name,
+                kind="signal",
+                status=FAILED,
+                wake_at=deadline,
+                finished_at=now,
                 error=error_record(SignalTimeout(name, seq), code="signal_timeout", retryable=False),
             )
             turn.defer(CheckpointWrite(rec, create=cp is None, expect=(PENDING,)))

@@ -34,7 +34,7 @@ class Engine:
         owner: str | None = None,
         keeper: LeaseKeeper | None = None,
     ) -> None:
-        self.store: Any = store
+        self.store = store
         self.transport = transport
         self.settings = settings
         self.owner = owner or make_owner_id()

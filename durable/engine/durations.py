@@ -41,8 +41,7 @@ def parse_duration(value: Duration) -> timedelta:
         text = value.strip().lower()
         if not _WHOLE.match(text):
             raise InvalidInput(
-                f"invalid duration {value!r}: use a number of seconds or parts like "
-                "'500ms', '30s', '5m', '2h', '7d'"
+                f"invalid duration {value!r}: use a number of seconds or parts like '500ms', '30s', '5m', '2h', '7d'"
             )
         seconds = sum(float(num) * _UNITS[unit] for num, unit in _PART.findall(text))
     else:

@@ -99,8 +99,7 @@ class Registry:
             return versions[version]
         except KeyError:
             raise WorkflowNotFound(
-                f"workflow {name!r} has no version {version} in this process "
-                f"(registered: {sorted(versions)})"
+                f"workflow {name!r} has no version {version} in this process (registered: {sorted(versions)})"
             ) from None
 
     def workflows(self) -> list[WorkflowDef]:
@@ -112,9 +111,7 @@ class Registry:
         with self._lock:
             existing = self._steps.get(step.name)
             if existing is not None and _qualname(existing.fn) != _qualname(step.fn):
-                raise ConfigurationError(
-                    f"step {step.name!r} is already registered by {_qualname(existing.fn)}"
-                )
+                raise ConfigurationError(f"step {step.name!r} is already registered by {_qualname(existing.fn)}")
             self._steps[step.name] = step
 
     def get_step(self, name: str) -> StepDef:

@@ -93,7 +93,8 @@ def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool =
     try:
         sd = registry.get_step(claim.name)
     except StepNotFound as exc:
-        store.finish_step(run_id, seq, clock.now(), error=error_record(exc, code="step_not_registered", retryable=False))
+        error = error_record(exc, code="step_not_registered", retryable=False)
+        store.finish_step(run_id, seq, clock.now(), error=error)
         _continue(engine, run_id, continue_turn)
         return "failed"
 
@@ -108,7 +109,7 @@ def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool =
     args = claim.input or {}
     try:
         output = to_json(sd.fn(*args.get("args", []), **args.get("kwargs", {})), f"result of step {sd.name!r}")
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any user error is a step failure
         err = error_record(exc)
         if err["retryable"] and claim.attempt <= sd.retries:
             delay = sd.backoff.delay(claim.attempt)

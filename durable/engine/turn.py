@@ -102,7 +102,9 @@ class Turn:
                 logger.warning("dispatch after commit failed for run %s", self.run.id, exc_info=True)
 
     def take_signal(self, name: str) -> tuple[int, Any] | None:
-        got = self._guard(lambda: self.engine.store.next_signal(self.run.id, name, self._taken_signals))
+        got: tuple[int, Any] | None = self._guard(
+            lambda: self.engine.store.next_signal(self.run.id, name, self._taken_signals)
+        )
         if got is not None:
             self._taken_signals.append(got[0])
         return got
@@ -170,13 +172,13 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
         turn = Turn(engine, run, checkpoints)
         hold = engine.keeper.hold(
             engine.settings.lease / 3,
-            lambda: store.renew_lease(run.id, owner, clock.now(), turn.lease_until(clock.now())),  # type: ignore[union-attr]
+            lambda: store.renew_lease(run.id, owner, clock.now(), turn.lease_until(clock.now())),
             turn.mark_lost,
         )
         outcome = _execute(turn, wf.fn, wf.takes_input)
     except LeaseLost:
         return "lost"
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - our own read failed; give the run back
         # Our own read failed before user code ran.
         return _abandon(engine, run.id, exc)
     except EngineFault as fault:
@@ -188,7 +190,7 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
     done = clock.now()
     try:
         ok = store.commit(run.id, owner, done, turn.lease_until(done), turn.writes, outcome)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - the commit failed; give the run back
         return _abandon(engine, run.id, exc)
     if not ok:
         return "lost"
@@ -221,7 +223,7 @@ def _execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
         return Outcome("suspended", wake_at=turn.next_wake(now), waiters=turn.waiters)
     except (LeaseLost, EngineFault):
         raise
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any user error fails the run
         turn.check_lease()
         return Outcome("failed", error=_failure(exc))
 

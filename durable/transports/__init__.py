@@ -24,7 +24,10 @@ def build(name: str, get_engine: Callable[[], Engine], threads: int) -> Transpor
 
         return InlineTransport(get_engine, threads)
     if name == "celery":
-        from durable.transports.celery import CeleryTransport
+        from django.core.exceptions import ImproperlyConfigured
 
-        return CeleryTransport()
+        raise ImproperlyConfigured(
+            "the Celery transport is not available yet; unset CELERY_BROKER_URL or set "
+            "DURABLE['TRANSPORT'] to 'inline' or 'manual'"
+        )
     raise ValueError(f"unknown transport {name!r}")

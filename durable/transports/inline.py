@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections
 
@@ -31,7 +31,7 @@ class InlineTransport:
     def __init__(self, get_engine: Callable[[], Engine], threads: int) -> None:
         self._get_engine = get_engine
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="durable")
-        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._heap: list[tuple[float, int, Callable[[], Any]]] = []
         self._ids = itertools.count()
         self._cond = threading.Condition()
         self._timer: threading.Thread | None = None
@@ -43,7 +43,7 @@ class InlineTransport:
     def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None:
         self._submit(lambda: self._get_engine().execute_step(run_id, seq), delay)
 
-    def _submit(self, job: Callable[[], None], delay: float) -> None:
+    def _submit(self, job: Callable[[], Any], delay: float) -> None:
         if self._closed:
             return
         if delay <= 0:
@@ -57,7 +57,7 @@ class InlineTransport:
                 self._cond.notify()
 
     @staticmethod
-    def _run(job: Callable[[], None]) -> None:
+    def _run(job: Callable[[], Any]) -> None:
         try:
             job()
         except Exception:

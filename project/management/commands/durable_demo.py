@@ -19,7 +19,11 @@ class Command(BaseCommand):
             User.objects.create_superuser("admin", "admin@example.com", "admin")
             self.stdout.write("demo superuser: admin / admin")
         runs = [
-            ("order", {"order_id": "a100", "amount": 42.0, "items": ["book", "pen"], "address": "1 Main St"}, "demo-order-1"),
+            (
+                "order",
+                {"order_id": "a100", "amount": 42.0, "items": ["book", "pen"], "address": "1 Main St"},
+                "demo-order-1",
+            ),
             ("order", {"order_id": "a101", "amount": 9.5, "items": ["mug"], "address": ""}, "demo-order-2"),
             ("onboarding", {"email": "ada@example.com"}, "demo-onboarding-1"),
             ("countdown", 5, "demo-countdown-1"),
@@ -28,6 +32,6 @@ class Command(BaseCommand):
             durable.start(workflow, data, run_id=run_id, tags=["demo"])
         self.stdout.write(
             f"{len(runs)} example runs started; send the onboarding its signal with\n"
-            "  .venv/bin/python manage.py shell -c \"import durable; "
+            '  .venv/bin/python manage.py shell -c "import durable; '
             "durable.signal('demo-onboarding-1', 'email_confirmed', 'now')\""
         )
