@@ -248,12 +248,12 @@ class WorkflowContext:
             kind="step",
             status=PENDING,
             input=payload,
-            queue=sd.queue,
+            queue=sd.route,
             enqueued_at=now,
         )
         turn = self._turn
         turn.defer(CheckpointWrite(rec, create=True))
-        turn.after_commit(lambda: turn.engine.transport.dispatch_step(self.run_id, seq, sd.queue))
+        turn.after_commit(lambda: turn.engine.transport.dispatch_step(self.run_id, seq, sd.route))
         raise self._suspend(event=True)
 
     # -- timers ------------------------------------------------------------

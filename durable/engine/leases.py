@@ -52,6 +52,8 @@ class LeaseKeeper:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="durable-lease-keeper", daemon=True)
                 self._thread.start()
+        # A new hold may be due sooner than what the keeper is sleeping for.
+        self._changed.set()
         return Hold(self, key)
 
     def _drop(self, key: int) -> None:
@@ -67,7 +69,8 @@ class LeaseKeeper:
                 soonest = min(h.due for h in self._held.values())
             delay = soonest - time.monotonic()
             if delay > 0:
-                time.sleep(min(delay, 1.0))
+                self._changed.wait(delay)
+                self._changed.clear()
                 continue
             now = time.monotonic()
             with self._lock:

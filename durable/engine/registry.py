@@ -66,6 +66,13 @@ class StepDef:
     backoff: Backoff = field(default_factory=Backoff)
     timeout: float | None = None
 
+    @property
+    def route(self) -> str | None:
+        """Where the step is dispatched: its ``queue``, else its name's prefix before a dot."""
+        if self.queue:
+            return self.queue
+        return self.name.split(".", 1)[0] if "." in self.name else None
+
 
 class Registry:
     """Thread-safe map of workflow and step definitions."""

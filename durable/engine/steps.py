@@ -114,7 +114,7 @@ def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool =
         if err["retryable"] and claim.attempt <= sd.retries:
             delay = sd.backoff.delay(claim.attempt)
             store.finish_step(run_id, seq, clock.now(), error=err, retry_at=clock.now() + timedelta(seconds=delay))
-            engine.transport.dispatch_step(run_id, seq, sd.queue, delay=delay)
+            engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay)
             return "retrying"
         woke = store.finish_step(run_id, seq, clock.now(), error=err)
         if woke:

@@ -24,10 +24,7 @@ def build(name: str, get_engine: Callable[[], Engine], threads: int) -> Transpor
 
         return InlineTransport(get_engine, threads)
     if name == "celery":
-        from django.core.exceptions import ImproperlyConfigured
+        from durable.transports.celery import CeleryTransport
 
-        raise ImproperlyConfigured(
-            "the Celery transport is not available yet; unset CELERY_BROKER_URL or set "
-            "DURABLE['TRANSPORT'] to 'inline' or 'manual'"
-        )
+        return CeleryTransport()
     raise ValueError(f"unknown transport {name!r}")

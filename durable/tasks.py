@@ -1,0 +1,27 @@
+"""Thin Celery tasks: each loads ids from its message and calls the engine.
+
+Imported by Celery's autodiscovery; nothing else in durable imports Celery.
+"""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from durable import sweeps
+from durable.runtime import get_engine
+
+
+@shared_task(name="durable.run_turn", ignore_result=True)
+def run_turn(run_id: str) -> str | None:
+    return get_engine().run_turn(run_id)
+
+
+@shared_task(name="durable.execute_step", ignore_result=True)
+def execute_step(run_id: str, seq: int) -> str:
+    return get_engine().execute_step(run_id, seq)
+
+
+@shared_task(name="durable.sweep", ignore_result=True)
+def sweep() -> dict[str, int]:
+    """All sweeps, announcing work through the transport (safe on many beats at once)."""
+    return sweeps.tick(get_engine(), execute=False)
