@@ -28,7 +28,18 @@ from durable.exceptions import (
 )
 
 if TYPE_CHECKING:
-    from durable.api import RunInfo, cancel, current_step, get_run, heartbeat, signal, start
+    from durable.api import (
+        RunInfo,
+        cancel,
+        current_step,
+        get_run,
+        heartbeat,
+        redispatch_pending,
+        requeue,
+        retry_with_input,
+        signal,
+        start,
+    )
 
 __all__ = [
     "Backoff",
@@ -50,13 +61,27 @@ __all__ = [
     "get_run",
     "heartbeat",
     "parse_duration",
+    "redispatch_pending",
+    "requeue",
+    "retry_with_input",
     "signal",
     "start",
     "step",
     "workflow",
 ]
 
-_LAZY = {"RunInfo", "cancel", "current_step", "get_run", "heartbeat", "signal", "start"}
+_LAZY = {
+    "RunInfo",
+    "cancel",
+    "current_step",
+    "get_run",
+    "heartbeat",
+    "redispatch_pending",
+    "requeue",
+    "retry_with_input",
+    "signal",
+    "start",
+}
 
 
 def __getattr__(name: str) -> Any:

@@ -22,12 +22,12 @@ from django.db import transaction
 from durable import conf
 from durable.engine import clock
 from durable.engine.ports import RunRecord
-from durable.engine.registry import WorkflowDef, resolve_workflow
+from durable.engine.registry import WorkflowDef, registry, resolve_workflow
 from durable.engine.serialization import to_json
 from durable.engine.steps import StepInfo
 from durable.engine.steps import current_step as _current_step
 from durable.engine.steps import heartbeat as _heartbeat
-from durable.exceptions import InvalidInput, RunNotFound
+from durable.exceptions import InvalidInput, InvalidRunState, RunNotFound, WorkflowNotFound
 from durable.models import TERMINAL
 from durable.runtime import get_engine
 from durable.store import store
@@ -51,6 +51,7 @@ class RunInfo:
     tags: list[str] = field(default_factory=list)
     search_attributes: dict[str, Any] = field(default_factory=dict)
     parent_id: str | None = None
+    retry_of: str | None = None
     wake_at: datetime | None = None
     recovery_attempts: int = 0
     created_at: datetime | None = None
@@ -76,6 +77,7 @@ class RunInfo:
             tags=list(rec.tags or []),
             search_attributes=dict(rec.search_attributes or {}),
             parent_id=rec.parent_id,
+            retry_of=rec.retry_of,
             wake_at=rec.wake_at,
             recovery_attempts=rec.recovery_attempts,
             created_at=rec.created_at,
@@ -152,6 +154,19 @@ def start(
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidInput(f"priority must be an integer, got {priority!r}")
     value = _clean_input(wf, input, settings.max_payload_bytes)
+    return _create(wf, run_id, value, namespace, all_tags, search_attributes, priority)
+
+
+def _create(
+    wf: WorkflowDef,
+    run_id: str,
+    value: Any,
+    namespace: str,
+    tags: list[str],
+    search_attributes: dict[str, Any],
+    priority: int,
+    **extra: Any,
+) -> str:
     now = clock.now()
     fields = {
         "id": run_id,
@@ -160,12 +175,13 @@ def start(
         "status": "pending",
         "namespace": namespace,
         "input": value,
-        "tags": all_tags,
+        "tags": tags,
         "search_attributes": search_attributes,
         "priority": priority,
         "created_at": now,
         "updated_at": now,
         "deadline_at": now + timedelta(seconds=wf.timeout) if wf.timeout else None,
+        **extra,
     }
     with transaction.atomic():
         _, created = store.create_run(fields)
@@ -223,3 +239,77 @@ def heartbeat(progress: Any = None) -> bool:
 def current_step() -> StepInfo | None:
     """Inside a dispatched step: its run id, position, attempt and stable ``step_id``."""
     return _current_step()
+
+
+def requeue(run_id: str) -> None:
+    """Put a ``failed`` or ``dead`` run back to ``pending`` so it runs again.
+
+    Failed steps really execute again (their failure is not replayed), the
+    recovery count is reset and the execution timeout starts over. Raises
+    :class:`~durable.InvalidRunState` for a run in any other status.
+    """
+    _check_id(run_id)
+    rec = store.get_run(run_id)
+    if rec is None:
+        raise RunNotFound(f"no run with id {run_id!r}")
+    now = clock.now()
+    deadline = None
+    try:
+        wf = registry.get_workflow(rec.workflow, rec.version)
+        deadline = now + timedelta(seconds=wf.timeout) if wf.timeout else None
+    except WorkflowNotFound:
+        pass  # it will be parked as blocked until its code is deployed
+    with transaction.atomic():
+        store.requeue(run_id, now, deadline)
+        engine = get_engine()
+        transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
+
+
+def redispatch_pending(run_id: str) -> int:
+    """Dispatch again every pending step of an active run (same step ids); returns how many.
+
+    Safe to call at any time: a worker that already has the step settles it
+    first and the re-delivery then finds nothing to do.
+    """
+    _check_id(run_id)
+    engine = get_engine()
+    now = clock.now()
+    redelivery = timedelta(seconds=engine.settings.step_lease or engine.settings.reconcile_after)
+    with transaction.atomic():
+        rows = store.pending_steps(run_id, now, now + redelivery)
+
+        def dispatch() -> None:
+            for seq, queue in rows:
+                engine.transport.dispatch_step(run_id, seq, queue)
+
+        transaction.on_commit(dispatch)
+    return len(rows)
+
+
+def retry_with_input(run_id: str, input: Any) -> str:
+    """Start a new run of a failed (or dead) run's workflow with corrected ``input``.
+
+    The new run is ``<run_id>~retry~<hex>``, with a clean history, the same
+    namespace, tags and parent, on the newest version of the workflow; it
+    records the original in ``retry_of``. Returns the new run id.
+    """
+    _check_id(run_id)
+    origin = store.get_run(run_id)
+    if origin is None:
+        raise RunNotFound(f"no run with id {run_id!r}")
+    if origin.status not in ("failed", "dead"):
+        raise InvalidRunState(f"run {run_id!r} is {origin.status}; only failed or dead runs can be retried")
+    wf = registry.get_workflow(origin.workflow)
+    value = _clean_input(wf, input, conf.get().max_payload_bytes)
+    new_id = f"{run_id[:230]}~retry~{uuid.uuid4().hex[:12]}"
+    return _create(
+        wf,
+        new_id,
+        value,
+        origin.namespace,
+        list(origin.tags),
+        dict(origin.search_attributes),
+        origin.priority,
+        parent_id=origin.parent_id,
+        retry_of=origin.id,
+    )

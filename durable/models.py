@@ -71,6 +71,8 @@ class Run(models.Model):
     search_attributes = models.JSONField(default=dict, blank=True)
     priority = models.IntegerField(default=0)
     parent_id = models.CharField(max_length=255, null=True, blank=True, db_index=True)
+    # Lineage: the failed run this one retries with corrected input.
+    retry_of = models.CharField(max_length=255, null=True, blank=True, db_index=True)
     deadline_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock_now)
     updated_at = models.DateTimeField(default=clock_now)
@@ -116,8 +118,11 @@ class Checkpoint(models.Model):
     output = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
-    # Timer due time, retry deadline, or the lease of a step being executed.
+    # Timer due time; for a dispatched step, when a sweep should (re)dispatch it if
+    # no worker took it (pending) or presume its worker lost (running, the lease).
     wake_at = models.DateTimeField(null=True, blank=True)
+    # A failed attempt's retry is not claimed before this.
+    retry_at = models.DateTimeField(null=True, blank=True)
     timeout_at = models.DateTimeField(null=True, blank=True)
     queue = models.CharField(max_length=200, null=True, blank=True)
     locked_by = models.CharField(max_length=100, null=True, blank=True)
@@ -179,3 +184,31 @@ class BufferedSignal(models.Model):
 
     def __str__(self) -> str:
         return f"signal {self.name!r} for {self.run_id}"
+
+
+class WorkerDescriptor(models.Model):
+    """A live worker process advertising what it can execute.
+
+    Written by the worker at start and refreshed by its heartbeat; a row whose
+    ``expires_at`` passed is a worker presumed gone. Dispatch consults these rows
+    so a step no live worker serves parks its run ``blocked`` instead of
+    disappearing into a queue nobody reads.
+    """
+
+    id = models.CharField(primary_key=True, max_length=100)
+    hostname = models.CharField(max_length=255)
+    pid = models.PositiveIntegerField()
+    queues = models.JSONField(default=list)
+    steps = models.JSONField(default=list)
+    workflows = models.JSONField(default=list)
+    capabilities = models.JSONField(default=dict)
+    protocol = models.PositiveIntegerField(default=1)
+    started_at = models.DateTimeField(default=clock_now)
+    heartbeat_at = models.DateTimeField(default=clock_now)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ("hostname", "pid")
+
+    def __str__(self) -> str:
+        return f"{self.hostname}:{self.pid} ({', '.join(self.queues)})"

@@ -234,6 +234,53 @@ class DjangoStore:
             raise RunNotFound(f"no run with id {run_id!r}")
         return False
 
+    # -- operator repairs ----------------------------------------------------
+    def requeue(self, run_id: str, now: datetime, deadline_at: datetime | None) -> None:
+        """Put a failed or dead run back to ``pending`` so it really runs again.
+
+        History from the first failed step onwards is dropped (everything after
+        it was decided by that failure), so replay executes the failed step
+        afresh instead of replaying its failure. Completed checkpoints before it,
+        including a late success that landed after the run failed, are kept.
+        The recovery count starts again from zero.
+        """
+        with transaction.atomic():
+            status = Run.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
+            if status is None:
+                raise RunNotFound(f"no run with id {run_id!r}")
+            if status not in (RunStatus.FAILED, RunStatus.DEAD):
+                raise InvalidRunState(f"run {run_id!r} is {status}; only failed or dead runs can be requeued")
+            first_failed = Checkpoint.objects.filter(
+                run_id=run_id, status=CP_STATUS.FAILED, kind__in=("step", "local")
+            ).aggregate(m=Min("seq"))["m"]
+            if first_failed is not None:
+                Checkpoint.objects.filter(run_id=run_id, seq__gte=first_failed).delete()
+            Run.objects.filter(id=run_id, status__in=(RunStatus.FAILED, RunStatus.DEAD)).update(
+                status=RunStatus.PENDING,
+                error=None,
+                output=None,
+                finished_at=None,
+                wake_at=None,
+                locked_by=None,
+                locked_until=None,
+                recovery_attempts=0,
+                deadline_at=deadline_at,
+                updated_at=now,
+            )
+
+    def pending_steps(self, run_id: str, now: datetime, new_wake: datetime) -> list[tuple[int, str | None]]:
+        """Mark every pending dispatched step of an active run for re-dispatch; return them."""
+        with transaction.atomic():
+            status = Run.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
+            if status is None:
+                raise RunNotFound(f"no run with id {run_id!r}")
+            if status not in ACTIVE:
+                raise InvalidRunState(f"run {run_id!r} is {status}; its steps are not dispatched any more")
+            pending = Checkpoint.objects.filter(run_id=run_id, kind="step", status=CP_STATUS.PENDING)
+            rows = list(pending.values_list("seq", "queue"))
+            pending.update(wake_at=new_wake, retry_at=None, dispatches=F("dispatches") + 1)
+        return rows
+
     # -- dispatched steps ----------------------------------------------------
     def claim_step(
         self,
@@ -248,12 +295,12 @@ class DjangoStore:
             row = (
                 Checkpoint.objects.select_for_update()
                 .filter(run_id=run_id, seq=seq, kind="step")
-                .values("id", "name", "status", "input", "attempts", "wake_at", "error")
+                .values("id", "name", "status", "input", "attempts", "retry_at")
                 .first()
             )
             if row is None or row["status"] != CP_STATUS.PENDING:
                 return None
-            if row["error"] is not None and row["wake_at"] is not None and row["wake_at"] > now:
+            if row["retry_at"] is not None and row["retry_at"] > now:
                 return None  # a retry that is not due yet
             run = Run.objects.filter(id=run_id).values_list("status", "namespace").first()
             if run is None or run[0] not in ACTIVE:
@@ -264,6 +311,7 @@ class DjangoStore:
                 attempts=F("attempts") + 1,
                 locked_by=owner,
                 wake_at=lease_until,
+                dispatches=0,
                 started_at=now,
                 timeout_at=now + timedelta(seconds=timeout) if timeout else None,
             )
@@ -277,9 +325,11 @@ class DjangoStore:
         )
 
     def heartbeat_step(self, run_id: str, seq: int, now: datetime, progress: Any, lease_until: datetime) -> None:
-        Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.RUNNING).update(
-            heartbeat_at=now, progress=progress, wake_at=lease_until
-        )
+        """Record liveness and progress; push the execution lease out once half of it is spent."""
+        running = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.RUNNING)
+        running.update(heartbeat_at=now, progress=progress)
+        half = now + (lease_until - now) / 2
+        running.filter(wake_at__lt=half).update(wake_at=lease_until)
 
     def finish_step(
         self,
@@ -305,7 +355,9 @@ class DjangoStore:
                 run_id=run_id, seq=seq, status__in=(CP_STATUS.PENDING, CP_STATUS.RUNNING)
             )
             if retry_at is not None:
-                open_cp.update(status=CP_STATUS.PENDING, error=error, wake_at=retry_at, locked_by=None)
+                open_cp.update(
+                    status=CP_STATUS.PENDING, error=error, retry_at=retry_at, wake_at=retry_at, locked_by=None
+                )
                 return False
             if error is not None:
                 open_cp.update(status=CP_STATUS.FAILED, error=error, wake_at=None, finished_at=now, locked_by=None)
@@ -344,7 +396,7 @@ class DjangoStore:
         """Pending dispatched steps that may be claimed now (fresh, or retry due)."""
         rows = (
             Checkpoint.objects.filter(kind="step", status=CP_STATUS.PENDING, run__status__in=ACTIVE)
-            .filter(Q(error__isnull=True) | Q(wake_at__isnull=True) | Q(wake_at__lte=now))
+            .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
             .order_by("enqueued_at")
             .values_list("run_id", "seq", "queue")[:limit]
         )
@@ -424,10 +476,26 @@ class DjangoStore:
         )
         return [dict(row) for row in rows]
 
-    def reset_step(self, run_id: str, seq: int, expected_wake: datetime | None) -> bool:
+    def reset_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool:
         """Put a running step whose worker vanished back to pending (same step id)."""
         cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.RUNNING, wake_at=expected_wake)
-        return bool(cp.update(status=CP_STATUS.PENDING, locked_by=None, wake_at=None, dispatches=F("dispatches") + 1))
+        return bool(
+            cp.update(status=CP_STATUS.PENDING, locked_by=None, wake_at=new_wake, dispatches=F("dispatches") + 1)
+        )
+
+    def lost_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]:
+        """Pending dispatched steps that no worker took before their redelivery time."""
+        rows = (
+            Checkpoint.objects.filter(kind="step", status=CP_STATUS.PENDING, wake_at__lte=now, run__status__in=ACTIVE)
+            .order_by("wake_at")
+            .values("run_id", "seq", "name", "queue", "dispatches", "wake_at", "retry_at")[:limit]
+        )
+        return [dict(row) for row in rows]
+
+    def redispatch_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool:
+        """Claim the right to re-dispatch a pending step (compare-and-set on its wake time)."""
+        cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.PENDING, wake_at=expected_wake)
+        return bool(cp.update(wake_at=new_wake, dispatches=F("dispatches") + 1))
 
     def blocked_runs(self, limit: int) -> list[tuple[str, str, int]]:
         return list(Run.objects.filter(status=RunStatus.BLOCKED).values_list("id", "workflow", "version")[:limit])

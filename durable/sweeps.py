@@ -129,13 +129,53 @@ def recover_steps(engine: Engine, *, execute: bool = True, should_stop: StopChec
                 _turn(engine, run_id, execute)
             done += 1
             continue
-        if store.reset_step(run_id, seq, row["wake_at"]):
+        if store.reset_step(run_id, seq, row["wake_at"], now + _redelivery(engine)):
             done += 1
             if execute:
                 engine.execute_step(run_id, seq)
             else:
                 engine.transport.dispatch_step(run_id, seq, row["queue"])
     return done
+
+
+def _redelivery(engine: Engine) -> timedelta:
+    return timedelta(seconds=engine.settings.step_lease or engine.settings.reconcile_after)
+
+
+def redispatch_lost_steps(engine: Engine, *, should_stop: StopCheck = _never) -> dict[str, int]:
+    """Re-dispatch pending steps no worker took in time (lost message, flushed broker).
+
+    The same step id is dispatched again, so a worker that did get the first
+    message and a worker that gets the second cannot both settle it. With
+    ``STEP_LEASE`` set, a step re-dispatched ``STEP_REDISPATCH_MAX`` times
+    without any worker taking it fails with code ``remote_step_lost``, into
+    the workflow's own error handling. Due retries are dispatched here too.
+    """
+    store = engine.store
+    settings = engine.settings
+    counts = {"redispatched": 0, "lost": 0}
+    now = clock.now()
+    for row in store.lost_steps(now, settings.sweep_batch):
+        if should_stop():
+            break
+        run_id, seq = row["run_id"], row["seq"]
+        retry_due = row["retry_at"] is not None and row["dispatches"] == 0
+        if settings.step_lease and not retry_due and row["dispatches"] >= settings.step_redispatch_max:
+            error = {
+                "message": (f"step {row['name']!r} was dispatched {row['dispatches'] + 1} times and no worker took it"),
+                "code": "remote_step_lost",
+                "retryable": False,
+                "type": "RemoteStepLost",
+                "traceback": None,
+            }
+            if store.finish_step(run_id, seq, now, error=error):
+                engine.transport.dispatch_turn(run_id)
+            counts["lost"] += 1
+            continue
+        if store.redispatch_step(run_id, seq, row["wake_at"], now + _redelivery(engine)):
+            engine.transport.dispatch_step(run_id, seq, row["queue"])
+            counts["redispatched"] += 1
+    return counts
 
 
 def run_due_steps(engine: Engine, *, should_stop: StopCheck = _never) -> int:
@@ -179,5 +219,7 @@ def tick(engine: Engine, *, execute: bool = True, should_stop: StopCheck = _neve
     counts["steps_recovered"] = recover_steps(engine, execute=execute, should_stop=should_stop)
     if execute:
         counts["steps"] = run_due_steps(engine, should_stop=should_stop)
+    else:
+        counts.update(redispatch_lost_steps(engine, should_stop=should_stop))
     counts["turns"] = wake_due_runs(engine, execute=execute, should_stop=should_stop)
     return counts

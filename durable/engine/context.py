@@ -242,6 +242,7 @@ class WorkflowContext:
             raise self._suspend(event=True)
         payload = to_json({"args": list(args), "kwargs": kwargs}, f"arguments of step {sd.name!r}")
         now = clock.now()
+        step_lease = self._turn.engine.settings.step_lease
         rec = CheckpointRecord(
             seq=seq,
             name=sd.name,
@@ -250,6 +251,9 @@ class WorkflowContext:
             input=payload,
             queue=sd.route,
             enqueued_at=now,
+            # With lost-dispatch self-heal on, a sweep re-dispatches the step if no
+            # worker has taken it by then.
+            wake_at=now + timedelta(seconds=step_lease) if step_lease else None,
         )
         turn = self._turn
         turn.defer(CheckpointWrite(rec, create=True))
