@@ -29,6 +29,10 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
 ``HEARTBEAT_INTERVAL``    5s. At most one persisted heartbeat per step per interval.
 ``MAX_PAYLOAD_BYTES``     1 MiB. Largest JSON input, output or signal payload.
 ``SWEEP_BATCH``           100. Rows each sweep handles per call.
+``FLEET_CHECK``           True. With Celery, park a run ``blocked`` instead of
+                          dispatching a step that no live worker serves.
+``FLEET_TTL``             30s. A worker's advertisement expires this long after
+                          its last heartbeat.
 """
 
 from __future__ import annotations
@@ -60,9 +64,18 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_INTERVAL": 5.0,
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     "SWEEP_BATCH": 100,
+    "FLEET_CHECK": True,
+    "FLEET_TTL": 30.0,
 }
 
-_DURATIONS = ("LEASE", "RECONCILE_AFTER", "WORKER_INTERVAL", "STEP_EXECUTION_LEASE", "HEARTBEAT_INTERVAL")
+_DURATIONS = (
+    "LEASE",
+    "RECONCILE_AFTER",
+    "WORKER_INTERVAL",
+    "STEP_EXECUTION_LEASE",
+    "HEARTBEAT_INTERVAL",
+    "FLEET_TTL",
+)
 _INTS = ("MAX_RECOVERY_ATTEMPTS", "WORKER_THREADS", "STEP_REDISPATCH_MAX", "MAX_PAYLOAD_BYTES", "SWEEP_BATCH")
 
 
@@ -82,6 +95,8 @@ class DurableSettings:
     heartbeat_interval: float
     max_payload_bytes: int
     sweep_batch: int
+    fleet_check: bool
+    fleet_ttl: float
 
 
 _cache: DurableSettings | None = None
@@ -136,6 +151,8 @@ def _parse(raw: Any) -> DurableSettings:
         heartbeat_interval=values["HEARTBEAT_INTERVAL"],
         max_payload_bytes=values["MAX_PAYLOAD_BYTES"],
         sweep_batch=values["SWEEP_BATCH"],
+        fleet_check=bool(values["FLEET_CHECK"]),
+        fleet_ttl=values["FLEET_TTL"],
     )
 
 

@@ -107,3 +107,11 @@ class EngineFault(BaseException):
     def __init__(self, original: BaseException) -> None:
         self.original = original
         super().__init__(f"{type(original).__name__}: {original}")
+
+
+class Blocked(BaseException):
+    """The run cannot go on in this deployment (no capable worker); park it ``blocked``."""
+
+    def __init__(self, reason: dict[str, Any]) -> None:
+        self.reason = reason
+        super().__init__(reason.get("message", "blocked"))

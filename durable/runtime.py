@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 
 from durable import conf
@@ -13,6 +14,19 @@ _lock = threading.Lock()
 _engine: Engine | None = None
 _owner = make_owner_id()
 _keeper: LeaseKeeper | None = None
+
+
+def _after_fork() -> None:
+    # A forked child (Celery prefork) is another lease holder: it needs its own
+    # identity, its own keeper thread and its own transport threads.
+    global _lock, _engine, _owner, _keeper
+    _lock = threading.Lock()
+    _engine = None
+    _owner = make_owner_id()
+    _keeper = None
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _close_connection() -> None:
@@ -38,9 +52,18 @@ def get_engine() -> Engine:
         old = _engine
         transport = build(settings.transport, get_engine, settings.worker_threads)
         _engine = Engine(store, transport, settings, owner=_owner, keeper=_keeper)
+        _engine.fleet = _fleet(settings, store)
         if old is not None:
             _engine.listeners = old.listeners
             shutdown = getattr(old.transport, "shutdown", None)
             if shutdown is not None:
                 shutdown()
         return _engine
+
+
+def _fleet(settings: conf.DurableSettings, store: object) -> object:
+    from durable.fleet import AnyFleet, DbFleet
+
+    if settings.transport == "celery" and settings.fleet_check:
+        return DbFleet(store, settings.fleet_ttl)
+    return AnyFleet()

@@ -38,6 +38,7 @@ from durable.models import (
     Run,
     RunStatus,
     SignalWaiter,
+    WorkerDescriptor,
 )
 
 CP_STATUS = CheckpointStatus
@@ -150,6 +151,8 @@ class DjangoStore:
                 fields: dict[str, Any] = dict(status=outcome.status, updated_at=now, locked_by=None, locked_until=None)
                 if outcome.status == RunStatus.SUSPENDED:
                     fields["wake_at"] = outcome.wake_at
+                elif outcome.status == RunStatus.BLOCKED:
+                    fields.update(wake_at=None, error=outcome.error)
                 else:
                     fields.update(wake_at=None, finished_at=now, output=outcome.output, error=outcome.error)
                 updated = mine.update(**fields)
@@ -497,8 +500,9 @@ class DjangoStore:
         cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.PENDING, wake_at=expected_wake)
         return bool(cp.update(wake_at=new_wake, dispatches=F("dispatches") + 1))
 
-    def blocked_runs(self, limit: int) -> list[tuple[str, str, int]]:
-        return list(Run.objects.filter(status=RunStatus.BLOCKED).values_list("id", "workflow", "version")[:limit])
+    def blocked_runs(self, limit: int) -> list[dict[str, Any]]:
+        rows = Run.objects.filter(status=RunStatus.BLOCKED).values("id", "workflow", "version", "error")[:limit]
+        return [dict(row) for row in rows]
 
     def next_due(self) -> datetime | None:
         """The earliest moment at which some work falls due (for test drivers)."""
@@ -508,6 +512,24 @@ class DjangoStore:
         ).aggregate(m=Min("wake_at"))["m"]
         candidates = [d for d in (run_wake, step_wake) if d is not None]
         return min(candidates) if candidates else None
+
+    # -- worker fleet ------------------------------------------------------
+    def advertise(self, descriptor: dict[str, Any], now: datetime, expires_at: datetime) -> None:
+        WorkerDescriptor.objects.update_or_create(
+            id=descriptor["id"], defaults={**descriptor, "heartbeat_at": now, "expires_at": expires_at}
+        )
+
+    def refresh_worker(self, worker_id: str, now: datetime, expires_at: datetime) -> bool:
+        return bool(WorkerDescriptor.objects.filter(id=worker_id).update(heartbeat_at=now, expires_at=expires_at))
+
+    def retire_worker(self, worker_id: str) -> None:
+        WorkerDescriptor.objects.filter(id=worker_id).delete()
+
+    def live_workers(self, now: datetime) -> list[dict[str, Any]]:
+        return [dict(row) for row in WorkerDescriptor.objects.filter(expires_at__gt=now).values()]
+
+    def prune_workers(self, now: datetime) -> int:
+        return WorkerDescriptor.objects.filter(expires_at__lt=now - timedelta(hours=1)).delete()[0]
 
 
 store = DjangoStore()

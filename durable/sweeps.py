@@ -78,14 +78,24 @@ def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCh
 
 
 def recheck_blocked(engine: Engine) -> int:
-    """Return blocked runs to pending once their workflow version is registered here."""
+    """Return blocked runs to pending once what blocked them is resolved.
+
+    A run blocked on an unregistered workflow version waits until this process
+    has that version; one blocked on a step no live worker served waits until
+    such a worker advertises itself.
+    """
     ready = []
-    for run_id, name, version in engine.store.blocked_runs(engine.settings.sweep_batch):
-        try:
-            registry.get_workflow(name, version)
-        except WorkflowNotFound:
-            continue
-        ready.append(run_id)
+    for row in engine.store.blocked_runs(engine.settings.sweep_batch):
+        reason = row["error"] or {}
+        if reason.get("code") == "no_capable_worker":
+            if not engine.fleet.can_serve(reason.get("step", ""), reason.get("queue")):
+                continue
+        else:
+            try:
+                registry.get_workflow(row["workflow"], row["version"])
+            except WorkflowNotFound:
+                continue
+        ready.append(row["id"])
     if not ready:
         return 0
     count = int(engine.store.unblock(ready, clock.now()))

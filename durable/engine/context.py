@@ -27,6 +27,7 @@ from durable.engine.registry import resolve_step
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
 from durable.engine.serialization import error_record, to_json
 from durable.exceptions import (
+    Blocked,
     InvalidInput,
     NonDeterminismError,
     SignalTimeout,
@@ -241,6 +242,19 @@ class WorkflowContext:
                 raise StepFailed(sd.name, seq, cp.error or {}, cp.attempts)
             raise self._suspend(event=True)
         payload = to_json({"args": list(args), "kwargs": kwargs}, f"arguments of step {sd.name!r}")
+        # Checked before the pending write: a step nobody can run parks the run.
+        if not self._turn.engine.fleet.can_serve(sd.name, sd.route):
+            raise Blocked(
+                {
+                    "message": f"no live worker serves step {sd.name!r} on queue {sd.route or 'default'!r}",
+                    "code": "no_capable_worker",
+                    "retryable": True,
+                    "type": "Blocked",
+                    "traceback": None,
+                    "step": sd.name,
+                    "queue": sd.route,
+                }
+            )
         now = clock.now()
         step_lease = self._turn.engine.settings.step_lease
         rec = CheckpointRecord(

@@ -17,6 +17,11 @@ def make_owner_id() -> str:
     return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
+class _AnyFleet:
+    def can_serve(self, step: str, queue: str | None) -> bool:
+        return True
+
+
 class Engine:
     """Runs turns and steps against a store, announcing work through a transport.
 
@@ -40,6 +45,8 @@ class Engine:
         self.owner = owner or make_owner_id()
         self.keeper = keeper or LeaseKeeper()
         self.listeners: list[Callable[[str, RunRecord], None]] = []
+        # Answers "can any live worker run this step?"; see durable.fleet.
+        self.fleet: Any = _AnyFleet()
 
     def run_turn(self, run_id: str, *, acquired: RunRecord | None = None) -> str | None:
         from durable.engine.turn import run_turn

@@ -24,6 +24,7 @@ from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, Run
 from durable.engine.registry import registry
 from durable.engine.serialization import error_record, to_json
 from durable.exceptions import (
+    Blocked,
     EngineFault,
     InvalidInput,
     LeaseLost,
@@ -221,6 +222,8 @@ def _execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
     except Suspend:
         now = clock.now()
         return Outcome("suspended", wake_at=turn.next_wake(now), waiters=turn.waiters)
+    except Blocked as blocked:
+        return Outcome("blocked", error=blocked.reason)
     except (LeaseLost, EngineFault):
         raise
     except Exception as exc:  # noqa: BLE001 - any user error fails the run

@@ -1,0 +1,112 @@
+"""Worker fleet: what each live worker serves, and whether a step can be served.
+
+Each Celery worker advertises a descriptor (queues it consumes, the steps and
+workflows registered in it, its capabilities and protocol version) with an
+expiry, refreshed by a heartbeat thread. Before a turn writes a dispatched
+step's pending checkpoint it asks :meth:`DbFleet.can_serve`; when no live
+worker serves that step on its queue the run is parked ``blocked`` with the
+reason, and a sweep re-checks it, instead of dispatching into a queue nobody
+reads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import Any, Protocol
+
+from durable.engine import clock
+from durable.engine.registry import registry
+
+logger = logging.getLogger("durable.fleet")
+
+PROTOCOL_VERSION = 1
+# A positive answer is trusted this long before asking the database again.
+CACHE_SECONDS = 5.0
+
+
+class Fleet(Protocol):
+    def can_serve(self, step: str, queue: str | None) -> bool: ...
+
+
+class AnyFleet:
+    """Every step can be served (in-process execution has the whole registry)."""
+
+    def can_serve(self, step: str, queue: str | None) -> bool:
+        return True
+
+
+class DbFleet:
+    def __init__(self, store: Any, ttl: float, default_queue: str = "durable") -> None:
+        self._store = store
+        self._ttl = ttl
+        self._default_queue = default_queue
+        self._ok: dict[tuple[str, str], float] = {}
+
+    def can_serve(self, step: str, queue: str | None) -> bool:
+        queue = queue or self._default_queue
+        key = (step, queue)
+        if self._ok.get(key, 0.0) > time.monotonic():
+            return True
+        for worker in self._store.live_workers(clock.now()):
+            if queue in worker["queues"] and step in worker["steps"]:
+                self._ok[key] = time.monotonic() + CACHE_SECONDS
+                return True
+        return False
+
+
+def descriptor(worker_id: str, queues: Iterable[str], capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "id": worker_id,
+        "hostname": socket.gethostname(),
+        "pid": os.getpid(),
+        "queues": sorted(set(queues)),
+        "steps": sorted(s.name for s in registry.steps()),
+        "workflows": sorted(f"{w.name}:{w.version}" for w in registry.workflows()),
+        "capabilities": capabilities or {},
+        "protocol": PROTOCOL_VERSION,
+    }
+
+
+class Advertiser:
+    """Keeps this process's descriptor alive until :meth:`stop`."""
+
+    def __init__(self, store: Any, worker_id: str, queues: Iterable[str], ttl: float) -> None:
+        self._store = store
+        self._worker_id = worker_id
+        self._queues = list(queues)
+        self._ttl = ttl
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        now = clock.now()
+        self._store.advertise(descriptor(self._worker_id, self._queues), now, now + timedelta(seconds=self._ttl))
+        self._thread = threading.Thread(target=self._beat, name="durable-fleet", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        from django.db import connection
+
+        while not self._stop.wait(self._ttl / 3):
+            try:
+                now = clock.now()
+                expires = now + timedelta(seconds=self._ttl)
+                if not self._store.refresh_worker(self._worker_id, now, expires):
+                    self._store.advertise(descriptor(self._worker_id, self._queues), now, expires)
+            except Exception:
+                logger.warning("fleet heartbeat failed", exc_info=True)
+            finally:
+                connection.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+        try:
+            self._store.retire_worker(self._worker_id)
+        except Exception:
+            logger.warning("could not retire worker %s", self._worker_id, exc_info=True)

@@ -1,0 +1,33 @@
+"""``manage.py durable_workers``: the live worker fleet and what each worker serves."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from durable.engine import clock
+from durable.store import store
+
+
+class Command(BaseCommand):
+    help = "List live workers: queues, steps and workflows they serve, and their last heartbeat."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--steps", action="store_true", help="also list every step each worker serves")
+
+    def handle(self, *args: Any, steps: bool, **options: Any) -> None:
+        now = clock.now()
+        workers = store.live_workers(now)
+        if not workers:
+            self.stdout.write("no live workers")
+            return
+        for w in workers:
+            age = (now - w["heartbeat_at"]).total_seconds()
+            self.stdout.write(
+                f"{w['id']}  queues={','.join(w['queues']) or '-'}  steps={len(w['steps'])}  "
+                f"workflows={len(w['workflows'])}  protocol={w['protocol']}  heartbeat={age:.0f}s ago"
+            )
+            if steps:
+                for name in w["steps"]:
+                    self.stdout.write(f"    {name}")
