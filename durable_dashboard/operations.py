@@ -1,0 +1,205 @@
+"""Operator actions: the one place the admin and the API change runs.
+
+Every action calls a durable service function (``import durable``), never the
+models, and is written to the audit log with its per-run outcome. Errors of the
+:class:`~durable.DurableError` family become a failed :class:`Outcome` with a
+stable ``code``; anything else (a database outage) propagates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import durable
+from durable.exceptions import DurableError, InvalidInput, InvalidRunState, RunNotFound, WorkflowNotFound
+from durable_dashboard.models import AuditEntry
+
+# Service functions that durable.api does not provide yet (issues 3 and 6). The
+# calls below are already written against their planned signatures; drop a name
+# from this set once durable ships the function and the endpoint goes live.
+NOT_BUILT: frozenset[str] = frozenset({"cancel_compensate", "update", "get_event", "republish"})
+
+_NOT_BUILT_WHAT = {
+    "cancel_compensate": "durable.cancel(run_id, compensate=True)",
+    "update": "durable.update(run_id, name, arg)",
+    "get_event": "durable.get_event(run_id, key)",
+    "republish": "durable.republish(run_id)",
+}
+
+
+class NotBuilt(Exception):
+    """The durable service function behind this action does not exist yet (HTTP 501)."""
+
+    def __init__(self, feature: str) -> None:
+        self.feature = feature
+        super().__init__(f"{_NOT_BUILT_WHAT[feature]} is not available in this version of django-durable yet")
+
+
+def require(feature: str) -> None:
+    """Raise :class:`NotBuilt` if ``feature`` is listed in :data:`NOT_BUILT`."""
+    if feature in NOT_BUILT:
+        raise NotBuilt(feature)
+
+
+ERROR_CODES: tuple[tuple[type[Exception], str], ...] = (
+    (RunNotFound, "run_not_found"),
+    (WorkflowNotFound, "workflow_not_found"),
+    (InvalidInput, "invalid_input"),
+    (InvalidRunState, "invalid_run_state"),
+    (NotBuilt, "not_implemented"),
+    (DurableError, "durable_error"),
+)
+
+
+def error_code(exc: Exception) -> str:
+    for cls, code in ERROR_CODES:
+        if isinstance(exc, cls):
+            return code
+    return "error"
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one action did to one run."""
+
+    run_id: str
+    ok: bool
+    message: str
+    result: Any = None
+    code: str | None = None
+    exception: Exception | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("exception")
+        return data
+
+
+# -- the actions: (run_id, params) -> (message, result) -----------------------------------
+
+
+def _requeue(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
+    durable.requeue(run_id)
+    return "requeued", None
+
+
+def _redispatch(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
+    count = durable.redispatch_pending(run_id)
+    return f"redispatched {count} pending step(s)", {"redispatched": count}
+
+
+def _cancel(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
+    cancelled = durable.cancel(run_id)
+    return ("cancelled" if cancelled else "already ended, nothing to cancel"), {"cancelled": cancelled}
+
+
+def _cancel_compensate(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
+    require("cancel_compensate")
+    cancelled = durable.cancel(run_id, compensate=True)  # type: ignore[call-arg]
+    return ("cancelled, compensating" if cancelled else "already ended, nothing to cancel"), {"cancelled": cancelled}
+
+
+def _retry(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
+    new_id = durable.retry_with_input(run_id, params.get("input"))
+    return f"retried as {new_id}", {"new_run_id": new_id}
+
+
+def _signal(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
+    durable.signal(run_id, params["name"], params.get("payload"))
+    return f"signal {params['name']!r} sent", None
+
+
+def _update(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
+    require("update")
+    value = durable.update(run_id, params["name"], params.get("arg"))  # type: ignore[attr-defined]
+    return f"update {params['name']!r} accepted", {"result": value}
+
+
+def _republish(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
+    require("republish")
+    value = durable.republish(run_id)  # type: ignore[attr-defined]
+    return "lifecycle events republished", {"result": value}
+
+
+RUN_ACTIONS: dict[str, Callable[[str, dict[str, Any]], tuple[str, Any]]] = {
+    "requeue": _requeue,
+    "redispatch": _redispatch,
+    "cancel": _cancel,
+    "cancel_compensate": _cancel_compensate,
+    "retry": _retry,
+    "signal": _signal,
+    "update": _update,
+    "republish": _republish,
+}
+
+LABELS = {
+    "start": "Start",
+    "requeue": "Requeue",
+    "redispatch": "Redispatch pending steps",
+    "cancel": "Cancel",
+    "cancel_compensate": "Cancel with undo (compensate)",
+    "retry": "Retry with edited input",
+    "signal": "Send signal",
+    "update": "Send update",
+    "republish": "Republish lifecycle events",
+}
+
+
+def get_event(run_id: str, key: str) -> Any:
+    """A run's query value ``key`` (``ctx.set_event``); a read, not audited."""
+    require("get_event")
+    return durable.get_event(run_id, key)  # type: ignore[attr-defined]
+
+
+def _clip(value: Any, limit: int = 4000) -> Any:
+    text = json.dumps(value, default=str)
+    if len(text) <= limit:
+        return value
+    return {"truncated": True, "preview": text[:limit]}
+
+
+def audit(
+    user: Any, via: str, action: str, run_ids: list[str], params: dict[str, Any], outcomes: list[Outcome]
+) -> AuditEntry:
+    """Write one audit entry for ``action`` on ``run_ids``."""
+    authenticated = bool(user and getattr(user, "is_authenticated", False))
+    return AuditEntry.objects.create(
+        user=user if authenticated else None,
+        username=user.get_username() if authenticated else "",
+        via=via,
+        action=action,
+        run_ids=run_ids,
+        params=_clip(params),
+        results=[{"run_id": o.run_id, "ok": o.ok, "message": o.message[:500], "code": o.code} for o in outcomes],
+        ok=all(o.ok for o in outcomes),
+    )
+
+
+def perform(action: str, run_ids: Iterable[str], params: dict[str, Any], *, user: Any, via: str) -> list[Outcome]:
+    """Apply ``action`` to each run, one service call per run, and audit the whole batch."""
+    fn = RUN_ACTIONS[action]
+    ids = list(run_ids)
+    outcomes = []
+    for run_id in ids:
+        try:
+            message, result = fn(run_id, params)
+            outcomes.append(Outcome(run_id, True, message, result))
+        except (DurableError, NotBuilt) as exc:
+            outcomes.append(Outcome(run_id, False, str(exc), None, error_code(exc), exc))
+    audit(user, via, action, ids, params, outcomes)
+    return outcomes
+
+
+def start(params: dict[str, Any], *, user: Any, via: str) -> Outcome:
+    """Start a run with :func:`durable.start` (idempotent on ``run_id``) and audit it."""
+    kwargs = {k: params[k] for k in ("run_id", "tags", "namespace", "search_attributes", "priority") if k in params}
+    try:
+        run_id = durable.start(params["workflow"], params.get("input"), **kwargs)
+        outcome = Outcome(run_id, True, "started", {"run_id": run_id})
+    except DurableError as exc:
+        outcome = Outcome(params.get("run_id") or "", False, str(exc), None, error_code(exc), exc)
+    audit(user, via, "start", [outcome.run_id] if outcome.run_id else [], params, [outcome])
+    return outcome

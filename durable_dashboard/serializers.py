@@ -1,0 +1,244 @@
+"""Request validation and response shapes of the REST API.
+
+Serializers validate everything a client sends (types, lengths, JSON shapes)
+before a service function is called; the service functions then apply the
+engine's own rules (known workflow, payload size, run state).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
+from durable_dashboard import conf
+from durable_dashboard.filters import RunFilter
+
+RUN_ID = r"^[^\s\x00-\x1f\x7f]{1,255}$"
+NAME = r"^[^\s\x00-\x1f\x7f]{1,200}$"
+
+
+class AnyJSONField(serializers.JSONField):
+    """Any JSON value (object, array, string, number, boolean or null)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("required", False)
+        kwargs.setdefault("allow_null", True)
+        super().__init__(**kwargs)
+
+
+# -- responses -------------------------------------------------------------------------
+
+
+class RunSerializer(serializers.ModelSerializer[Run]):
+    """A run as listed: no payloads."""
+
+    class Meta:
+        model = Run
+        fields = (
+            "id",
+            "workflow",
+            "version",
+            "status",
+            "namespace",
+            "tags",
+            "priority",
+            "parent_id",
+            "retry_of",
+            "wake_at",
+            "recovery_attempts",
+            "created_at",
+            "updated_at",
+            "started_at",
+            "finished_at",
+        )
+        read_only_fields = fields
+
+
+class CheckpointSerializer(serializers.ModelSerializer[Checkpoint]):
+    class Meta:
+        model = Checkpoint
+        fields = (
+            "seq",
+            "name",
+            "kind",
+            "status",
+            "input",
+            "output",
+            "error",
+            "attempts",
+            "wake_at",
+            "retry_at",
+            "timeout_at",
+            "queue",
+            "dispatches",
+            "enqueued_at",
+            "started_at",
+            "finished_at",
+            "heartbeat_at",
+            "progress",
+            "events",
+        )
+        read_only_fields = fields
+
+
+class WaiterSerializer(serializers.ModelSerializer[SignalWaiter]):
+    class Meta:
+        model = SignalWaiter
+        fields = ("name", "seq", "created_at")
+        read_only_fields = fields
+
+
+class BufferedSignalSerializer(serializers.ModelSerializer[BufferedSignal]):
+    class Meta:
+        model = BufferedSignal
+        fields = ("id", "name", "payload", "created_at")
+        read_only_fields = fields
+
+
+class RunDetailSerializer(RunSerializer):
+    """A run with its payloads, history, waiters and buffered signals."""
+
+    checkpoints = CheckpointSerializer(many=True, read_only=True)
+    waiters = WaiterSerializer(many=True, read_only=True)
+    buffered_signals = BufferedSignalSerializer(many=True, read_only=True)
+
+    class Meta(RunSerializer.Meta):
+        fields = (
+            *RunSerializer.Meta.fields,
+            "input",
+            "output",
+            "error",
+            "search_attributes",
+            "deadline_at",
+            "checkpoints",
+            "waiters",
+            "buffered_signals",
+        )
+        read_only_fields = fields
+
+
+class OutcomeSerializer(serializers.Serializer[Any]):
+    """What an action did to one run."""
+
+    run_id = serializers.CharField()
+    ok = serializers.BooleanField()
+    message = serializers.CharField()
+    result = AnyJSONField()
+    code = serializers.CharField(allow_null=True)
+
+
+class BulkResultSerializer(serializers.Serializer[Any]):
+    action = serializers.CharField()
+    matched = serializers.IntegerField()
+    succeeded = serializers.IntegerField()
+    failed = serializers.IntegerField()
+    results = OutcomeSerializer(many=True)
+
+
+class ErrorSerializer(serializers.Serializer[Any]):
+    detail = serializers.CharField()
+    code = serializers.CharField(required=False)
+
+
+class WorkflowSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    versions = serializers.ListField(child=serializers.IntegerField())
+    latest = serializers.IntegerField()
+    tags = serializers.ListField(child=serializers.CharField())
+    timeout = serializers.FloatField(allow_null=True)
+    takes_input = serializers.BooleanField()
+
+
+class EventSerializer(serializers.Serializer[Any]):
+    run_id = serializers.CharField()
+    key = serializers.CharField()
+    value = AnyJSONField()
+
+
+# -- requests --------------------------------------------------------------------------
+
+
+class StartSerializer(serializers.Serializer[Any]):
+    """``POST runs/``."""
+
+    workflow = serializers.RegexField(NAME, max_length=200)
+    input = AnyJSONField()
+    run_id = serializers.RegexField(RUN_ID, max_length=255, required=False)
+    namespace = serializers.RegexField(r"^[^\s\x00-\x1f\x7f]{1,100}$", max_length=100, required=False)
+    tags = serializers.ListField(
+        child=serializers.CharField(max_length=100, allow_blank=False), max_length=100, required=False
+    )
+    search_attributes = serializers.DictField(child=AnyJSONField(), required=False)
+    priority = serializers.IntegerField(min_value=-(2**31), max_value=2**31 - 1, required=False)
+
+
+class SignalSerializer(serializers.Serializer[Any]):
+    """``POST runs/{id}/signal/``."""
+
+    name = serializers.RegexField(NAME, max_length=200)
+    payload = AnyJSONField()
+
+
+class CancelSerializer(serializers.Serializer[Any]):
+    """``POST runs/{id}/cancel/``: ``compensate`` undoes completed steps (saga)."""
+
+    compensate = serializers.BooleanField(default=False)
+
+
+class RetrySerializer(serializers.Serializer[Any]):
+    """``POST runs/{id}/retry-with-input/``: the corrected input of the new run."""
+
+    input = AnyJSONField()
+
+
+class UpdateSerializer(serializers.Serializer[Any]):
+    """``POST runs/{id}/update/{name}/``: the update's argument."""
+
+    arg = AnyJSONField()
+
+
+class EmptySerializer(serializers.Serializer[Any]):
+    """No body needed."""
+
+
+BULK_ACTIONS = ("requeue", "redispatch", "cancel", "retry", "signal", "republish")
+
+
+class BulkSerializer(serializers.Serializer[Any]):
+    """``POST runs/bulk/{action}/``: apply an action to the runs matching ``filter``.
+
+    ``filter`` takes the query parameters of ``GET runs/`` plus ``ids`` (a list of
+    run ids) and must not be empty. At most ``limit`` runs are touched, newest first.
+    ``params`` are the action's own fields (``{"name", "payload"}`` for signal,
+    ``{"compensate"}`` for cancel, ``{"input"}`` for retry).
+    """
+
+    filter = serializers.DictField(child=AnyJSONField())
+    limit = serializers.IntegerField(min_value=1, default=100)
+    params = serializers.DictField(child=AnyJSONField(), required=False, default=dict)
+
+    def validate_limit(self, value: int) -> int:
+        bound = int(conf.get("BULK_LIMIT"))
+        if value > bound:
+            raise serializers.ValidationError(f"at most {bound} runs per bulk action")
+        return value
+
+    def validate_filter(self, value: dict[str, Any]) -> dict[str, Any]:
+        if not value:
+            raise serializers.ValidationError("give at least one filter (status, workflow, ids...)")
+        ids = value.get("ids")
+        if ids is not None:
+            if not isinstance(ids, list) or not all(isinstance(i, str) and 0 < len(i) <= 255 for i in ids):
+                raise serializers.ValidationError({"ids": "a list of run ids"})
+            if len(ids) > int(conf.get("BULK_LIMIT")):
+                raise serializers.ValidationError({"ids": f"at most {conf.get('BULK_LIMIT')} ids"})
+        query = {k: v for k, v in value.items() if k != "ids"}
+        unknown = sorted(set(query) - set(RunFilter.base_filters))
+        if unknown:
+            raise serializers.ValidationError(f"unknown filter {unknown[0]!r}")
+        for key, item in query.items():
+            if not isinstance(item, (str, int)) or isinstance(item, bool):
+                raise serializers.ValidationError({key: "a string or number"})
+        return value

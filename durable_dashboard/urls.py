@@ -1,0 +1,24 @@
+"""URLs of the REST API. Mount with ``path("api/durable/", include("durable_dashboard.urls"))``.
+
+Run ids may contain any character but ``/`` and whitespace in these URLs.
+"""
+
+from __future__ import annotations
+
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework.routers import SimpleRouter
+
+from durable_dashboard.views import RunViewSet, WorkflowListView
+
+app_name = "durable_api"
+
+router = SimpleRouter()
+router.register("runs", RunViewSet, basename="run")
+
+urlpatterns = [
+    path("workflows/", WorkflowListView.as_view(), name="workflows"),
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="durable_api:schema"), name="docs"),
+    path("", include(router.urls)),
+]
