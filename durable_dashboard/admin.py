@@ -1,20 +1,52 @@
-"""Read-only admin views of runs and their checkpoints.
+"""The Django admin for runs: a fast list, a detail page with a timeline, a summary, actions.
 
-Runs are changed only through durable's service functions, never by editing
-rows, so nothing here can be added, changed or deleted.
+Runs, checkpoints and signals are read-only here. Operator actions (requeue,
+redispatch, cancel, cancel with undo, retry with edited input, signal,
+republish) go through :mod:`durable_dashboard.operations`, which calls
+durable's service functions and writes the audit log. Each action is offered
+only to users holding its permission (``durable_dashboard.<action>_run``), and
+every page is limited to the user's namespaces.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from django.contrib import admin
-from django.http import HttpRequest
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, format_html_join
 
-from durable.models import Checkpoint, Run
+from durable.engine import clock
+from durable.models import ACTIVE, Run
+from durable_dashboard import conf, operations, summary, timeline
+from durable_dashboard.admin_filters import (
+    CreatedFilter,
+    NamespaceFilter,
+    StatusFilter,
+    TagFilter,
+    UpdatedFilter,
+    VersionFilter,
+    WorkflowFilter,
+)
+from durable_dashboard.filters import search
+from durable_dashboard.forms import form_for
+from durable_dashboard.models import AuditEntry, NamespaceGrant
+from durable_dashboard.paginator import EstimatedCountPaginator
+from durable_dashboard.permissions import allowed_namespaces, can, visible_runs
+
+#: Admin actions on runs, in menu order.
+ADMIN_ACTIONS = ("requeue", "redispatch", "cancel", "cancel_compensate", "retry", "signal", "republish")
+LIST_FIELDS = ("id", "workflow", "version", "status", "namespace", "tags", "created_at", "started_at", "finished_at")
 
 
 class ReadOnlyMixin:
+    """No add, change or delete: rows change only through durable's service functions."""
+
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -25,20 +57,272 @@ class ReadOnlyMixin:
         return False
 
 
-class CheckpointInline(ReadOnlyMixin, admin.TabularInline):
-    model = Checkpoint
-    extra = 0
-    fields = ("seq", "kind", "name", "status", "attempts", "output", "error", "wake_at", "started_at", "finished_at")
-    readonly_fields = fields
-    show_change_link = False
+def status_badge(status: str) -> str:
+    return format_html('<span class="durable-badge durable-{}">{}</span>', status, status)
+
+
+def report(request: HttpRequest, action: str, outcomes: list[operations.Outcome]) -> None:
+    """Tell the operator what the action did, run by run (the first few of each kind)."""
+    label = operations.LABELS[action]
+    done = [o for o in outcomes if o.ok]
+    failed = [o for o in outcomes if not o.ok]
+    if done:
+        details = "; ".join(f"{o.run_id}: {o.message}" for o in done[:10])
+        more = f" (and {len(done) - 10} more)" if len(done) > 10 else ""
+        messages.success(request, f"{label}: done for {len(done)} run(s). {details}{more}")
+    if failed:
+        details = "; ".join(f"{o.run_id}: {o.message}" for o in failed[:10])
+        more = f" (and {len(failed) - 10} more)" if len(failed) > 10 else ""
+        messages.error(request, f"{label}: failed for {len(failed)} run(s). {details}{more}")
+    if not outcomes:
+        messages.warning(request, f"{label}: no run selected.")
+
+
+def _bulk_action(action: str) -> Any:
+    def run_action(modeladmin: RunAdmin, request: HttpRequest, queryset: QuerySet[Run]) -> Any:
+        return modeladmin.bulk(request, queryset, action)
+
+    run_action.__name__ = f"{action}_selected"
+    return admin.action(description=f"{operations.LABELS[action]} (selected runs)", permissions=[action])(run_action)
 
 
 @admin.register(Run)
 class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ("id", "workflow", "version", "status", "namespace", "created_at", "finished_at")
-    list_filter = ("status", "workflow", "namespace")
-    search_fields = ("id", "workflow")
-    readonly_fields = [f.name for f in Run._meta.fields]
-    inlines = [CheckpointInline]
+    list_display = ("id", "workflow", "version", "status_col", "namespace", "tags_col", "created_at", "duration_col")
+    list_filter = (
+        StatusFilter,
+        WorkflowFilter,
+        NamespaceFilter,
+        VersionFilter,
+        TagFilter,
+        CreatedFilter,
+        UpdatedFilter,
+    )
+    search_fields = ("id",)
+    search_help_text = "Exact run id, workflow name or tag."
+    ordering = ("-created_at",)
+    sortable_by = ("id", "created_at")
     show_full_result_count = False
+    paginator = EstimatedCountPaginator
     list_per_page = 50
+    list_max_show_all = 200
+    actions = [_bulk_action(a) for a in ADMIN_ACTIONS]
+    change_list_template = "durable_dashboard/admin/run_change_list.html"
+
+    # -- permissions ---------------------------------------------------------------------
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
+        return visible_runs(request.user, super().get_queryset(request))
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Run], search_term: str) -> Any:
+        return search(queryset, search_term), False
+
+    # -- list columns -------------------------------------------------------------------
+    def get_changelist_instance(self, request: HttpRequest) -> Any:
+        cl = super().get_changelist_instance(request)
+        cl.durable_capped = getattr(cl.paginator, "is_capped", False)
+        return cl
+
+    @admin.display(description="status", ordering="status")
+    def status_col(self, run: Run) -> str:
+        return status_badge(run.status)
+
+    @admin.display(description="tags")
+    def tags_col(self, run: Run) -> str:
+        return ", ".join(run.tags or [])
+
+    @admin.display(description="duration")
+    def duration_col(self, run: Run) -> str:
+        if not run.started_at:
+            return ""
+        return timeline.human((run.finished_at or clock.now()) - run.started_at)
+
+    # -- urls ---------------------------------------------------------------------------
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("summary/", wrap(self.summary_view), name="durable_run_summary"),
+            path("<path:object_id>/act/<str:action>/", wrap(self.act_view), name="durable_run_act"),
+            *super().get_urls(),
+        ]
+
+    # -- detail -------------------------------------------------------------------------
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        run = self.get_queryset(request).filter(pk=unquote(object_id)).first()
+        if run is None:
+            raise Http404("No run with that id (or not in your namespaces).")
+        if not self.has_view_permission(request, run):
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            **self.detail_context(request, run),
+            "opts": self.opts,
+            "title": f"Run {run.id}",
+            "subtitle": None,
+        }
+        return TemplateResponse(request, "durable_dashboard/admin/run_detail.html", context)
+
+    def detail_context(self, request: HttpRequest, run: Run) -> dict[str, Any]:
+        visible = visible_runs(request.user)
+        checkpoints = list(run.checkpoints.order_by("seq"))
+        waiters = list(run.waiters.order_by("seq"))
+        children = list(visible.filter(parent_id=run.id).only(*LIST_FIELDS).order_by("created_at")[:100])
+        parent = visible.filter(id=run.parent_id).only(*LIST_FIELDS).first() if run.parent_id else None
+        retry_of = visible.filter(id=run.retry_of).only(*LIST_FIELDS).first() if run.retry_of else None
+        retries = list(visible.filter(retry_of=run.id).only(*LIST_FIELDS).order_by("created_at")[:50])
+        continued_to_id = getattr(run, "continued_to", None)
+        continued_to = visible.filter(id=continued_to_id).only(*LIST_FIELDS).first() if continued_to_id else None
+        continued_from = (
+            visible.filter(continued_to=run.id).only(*LIST_FIELDS).first() if hasattr(run, "continued_to") else None
+        )
+        now = clock.now()
+        error = run.error if isinstance(run.error, dict) else None
+        actions = []
+        for action in ADMIN_ACTIONS:
+            if can(request.user, action):
+                form_class = form_for(action)
+                initial = {"input": run.input} if action == "retry" else {}
+                actions.append(
+                    {"name": action, "label": operations.LABELS[action], "form": form_class(initial=initial)}
+                )
+        return {
+            "run": run,
+            "status_badge": status_badge(run.status),
+            "is_active": run.status in ACTIVE,
+            "input_json": timeline.pretty(run.input),
+            "output_json": timeline.pretty(run.output),
+            "error_json": timeline.pretty({k: v for k, v in error.items() if k != "traceback"}) if error else None,
+            "traceback": error.get("traceback") if error else None,
+            "search_attributes_json": timeline.pretty(run.search_attributes),
+            "checkpoints": [(cp, timeline.pretty(cp.output), timeline.pretty(cp.error)) for cp in checkpoints],
+            "timeline": timeline.build_timeline(run, checkpoints, now),
+            "waiting_on": timeline.waiting_on(run, checkpoints, waiters, children),
+            "buffered_signals": [(sig, timeline.pretty(sig.payload)) for sig in run.buffered_signals.order_by("id")],
+            "children": children,
+            "parent": parent,
+            "retry_of": retry_of,
+            "retries": retries,
+            "continued_to": continued_to,
+            "continued_from": continued_from,
+            "actions": actions,
+        }
+
+    # -- actions ------------------------------------------------------------------------
+    def act_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        """POST from the detail page: one action on one run."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        if action not in ADMIN_ACTIONS:
+            raise Http404("Unknown action.")
+        run_id = unquote(object_id)
+        if not self.get_queryset(request).filter(pk=run_id).exists():
+            raise Http404("No run with that id (or not in your namespaces).")
+        if not can(request.user, action):
+            raise PermissionDenied
+        back = HttpResponseRedirect(reverse("admin:durable_run_change", args=[quote(run_id)]))
+        form = form_for(action)(request.POST)
+        if not form.is_valid():
+            errors = "; ".join(f"{field}: {' '.join(errs)}" for field, errs in form.errors.items())
+            messages.error(request, f"{operations.LABELS[action]}: {errors}")
+            return back
+        outcomes = operations.perform(action, [run_id], dict(form.cleaned_data), user=request.user, via="admin")
+        report(request, action, outcomes)
+        for outcome in outcomes:
+            new_id = (outcome.result or {}).get("new_run_id") if isinstance(outcome.result, dict) else None
+            if new_id:
+                return HttpResponseRedirect(reverse("admin:durable_run_change", args=[quote(new_id)]))
+        return back
+
+    def bulk(self, request: HttpRequest, queryset: QuerySet[Run], action: str) -> Any:
+        """An admin action on the selected runs (bounded); signal and retry ask for their parameters first."""
+        limit = int(conf.get("BULK_LIMIT"))
+        run_ids = list(queryset.order_by("-created_at").values_list("id", flat=True)[: limit + 1])
+        if len(run_ids) > limit:
+            messages.warning(request, f"Only the newest {limit} of the selected runs were processed.")
+            run_ids = run_ids[:limit]
+        form_class = form_for(action)
+        params: dict[str, Any] = {}
+        if form_class.base_fields:
+            form = form_class(request.POST) if "apply" in request.POST else form_class()
+            if not form.is_bound or not form.is_valid():
+                context = {
+                    **self.admin_site.each_context(request),
+                    "opts": self.opts,
+                    "title": operations.LABELS[action],
+                    "action": f"{action}_selected",
+                    "run_ids": run_ids,
+                    "form": form,
+                    "select_across": request.POST.get("select_across", "0"),
+                }
+                return TemplateResponse(request, "durable_dashboard/admin/action_form.html", context)
+            params = dict(form.cleaned_data)
+        report(request, action, operations.perform(action, run_ids, params, user=request.user, via="admin"))
+        return None
+
+    # -- summary ------------------------------------------------------------------------
+    def summary_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        window = request.GET.get("window", "24h")
+        allowed = allowed_namespaces(request.user)
+        scope = "all" if allowed is None else ",".join(sorted(allowed))
+        data = summary.cached(visible_runs(request.user), window, clock.now(), scope)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Runs: summary",
+            "data": data,
+            "chart": summary.time_chart(data),
+            "statuses": summary.status_chart(data),
+            "windows": list(summary.WINDOWS),
+        }
+        return TemplateResponse(request, "durable_dashboard/admin/summary.html", context)
+
+
+def _grant(action: str) -> Any:
+    def has_permission(self: RunAdmin, request: HttpRequest) -> bool:
+        return can(request.user, action)
+
+    has_permission.__name__ = f"has_{action}_permission"
+    return has_permission
+
+
+for _action in ADMIN_ACTIONS:
+    setattr(RunAdmin, f"has_{_action}_permission", _grant(_action))
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ("created_at", "username", "via", "action", "runs_col", "ok")
+    list_filter = ("via", "action", "ok")
+    search_fields = ("username", "action")
+    fields = ("created_at", "username", "user", "via", "action", "ok", "runs_list", "params", "results_table")
+    readonly_fields = fields
+    show_full_result_count = False
+
+    @admin.display(description="runs")
+    def runs_col(self, entry: AuditEntry) -> str:
+        ids = entry.run_ids or []
+        return ", ".join(ids[:3]) + (f" (+{len(ids) - 3})" if len(ids) > 3 else "")
+
+    @admin.display(description="runs")
+    def runs_list(self, entry: AuditEntry) -> str:
+        return ", ".join(entry.run_ids or [])
+
+    @admin.display(description="results")
+    def results_table(self, entry: AuditEntry) -> str:
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+            ((r.get("run_id"), "ok" if r.get("ok") else "failed", r.get("message")) for r in entry.results or []),
+        )
+        return format_html("<table><tr><th>run</th><th>result</th><th>message</th></tr>{}</table>", rows)
+
+
+@admin.register(NamespaceGrant)
+class NamespaceGrantAdmin(admin.ModelAdmin):
+    list_display = ("namespace", "user", "group")
+    list_filter = ("namespace",)
+    search_fields = ("namespace", "user__username", "group__name")
+    autocomplete_fields = ()

@@ -28,6 +28,29 @@ class AnyJSONField(serializers.JSONField):
         super().__init__(**kwargs)
 
 
+class StrictRegexField(serializers.RegexField):
+    """A string matching a pattern; numbers and other types are refused, not coerced."""
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise serializers.ValidationError("Not a valid string.", code="invalid")
+        return str(super().to_internal_value(data))
+
+
+class StrictCharField(serializers.CharField):
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            raise serializers.ValidationError("Not a valid string.", code="invalid")
+        return str(super().to_internal_value(data))
+
+
+class StrictIntegerField(serializers.IntegerField):
+    def to_internal_value(self, data: Any) -> int:
+        if isinstance(data, bool) or not isinstance(data, int):
+            raise serializers.ValidationError("A valid integer is required.", code="invalid")
+        return int(super().to_internal_value(data))
+
+
 # -- responses -------------------------------------------------------------------------
 
 
@@ -163,21 +186,21 @@ class EventSerializer(serializers.Serializer[Any]):
 class StartSerializer(serializers.Serializer[Any]):
     """``POST runs/``."""
 
-    workflow = serializers.RegexField(NAME, max_length=200)
+    workflow = StrictRegexField(NAME, max_length=200)
     input = AnyJSONField()
-    run_id = serializers.RegexField(RUN_ID, max_length=255, required=False)
-    namespace = serializers.RegexField(r"^[^\s\x00-\x1f\x7f]{1,100}$", max_length=100, required=False)
+    run_id = StrictRegexField(RUN_ID, max_length=255, required=False)
+    namespace = StrictRegexField(r"^[^\s\x00-\x1f\x7f]{1,100}$", max_length=100, required=False)
     tags = serializers.ListField(
-        child=serializers.CharField(max_length=100, allow_blank=False), max_length=100, required=False
+        child=StrictCharField(max_length=100, allow_blank=False), max_length=100, required=False
     )
     search_attributes = serializers.DictField(child=AnyJSONField(), required=False)
-    priority = serializers.IntegerField(min_value=-(2**31), max_value=2**31 - 1, required=False)
+    priority = StrictIntegerField(min_value=-(2**31), max_value=2**31 - 1, required=False)
 
 
 class SignalSerializer(serializers.Serializer[Any]):
     """``POST runs/{id}/signal/``."""
 
-    name = serializers.RegexField(NAME, max_length=200)
+    name = StrictRegexField(NAME, max_length=200)
     payload = AnyJSONField()
 
 
@@ -216,7 +239,7 @@ class BulkSerializer(serializers.Serializer[Any]):
     """
 
     filter = serializers.DictField(child=AnyJSONField())
-    limit = serializers.IntegerField(min_value=1, default=100)
+    limit = StrictIntegerField(min_value=1, default=100)
     params = serializers.DictField(child=AnyJSONField(), required=False, default=dict)
 
     def validate_limit(self, value: int) -> int:

@@ -7,47 +7,88 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
+        ("auth", "0012_alter_user_first_name_max_length"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='AuditEntry',
+            name="AuditEntry",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('username', models.CharField(blank=True, help_text='Kept if the user is deleted.', max_length=150)),
-                ('via', models.CharField(choices=[('admin', 'admin'), ('api', 'api')], max_length=8)),
-                ('action', models.CharField(db_index=True, max_length=32)),
-                ('run_ids', models.JSONField(blank=True, default=list)),
-                ('params', models.JSONField(blank=True, default=dict)),
-                ('results', models.JSONField(blank=True, default=list)),
-                ('ok', models.BooleanField(default=True, help_text='True when the action succeeded on every run.')),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("created_at", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                ("username", models.CharField(blank=True, help_text="Kept if the user is deleted.", max_length=150)),
+                ("via", models.CharField(choices=[("admin", "admin"), ("api", "api")], max_length=8)),
+                ("action", models.CharField(db_index=True, max_length=32)),
+                ("run_ids", models.JSONField(blank=True, default=list)),
+                ("params", models.JSONField(blank=True, default=dict)),
+                ("results", models.JSONField(blank=True, default=list)),
+                ("ok", models.BooleanField(default=True, help_text="True when the action succeeded on every run.")),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, to=settings.AUTH_USER_MODEL
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'audit entry',
-                'verbose_name_plural': 'audit log',
-                'ordering': ('-created_at', '-id'),
-                'permissions': [('start_run', 'Can start runs'), ('requeue_run', 'Can requeue failed or dead runs'), ('redispatch_run', 'Can redispatch pending steps'), ('cancel_run', 'Can cancel runs'), ('cancel_compensate_run', 'Can cancel runs with compensation (undo)'), ('retry_run', 'Can retry runs with edited input'), ('signal_run', 'Can send signals to runs'), ('update_run', 'Can send updates to runs'), ('republish_run', 'Can republish lifecycle events')],
+                "verbose_name": "audit entry",
+                "verbose_name_plural": "audit log",
+                "ordering": ("-created_at", "-id"),
+                "permissions": [
+                    ("start_run", "Can start runs"),
+                    ("requeue_run", "Can requeue failed or dead runs"),
+                    ("redispatch_run", "Can redispatch pending steps"),
+                    ("cancel_run", "Can cancel runs"),
+                    ("cancel_compensate_run", "Can cancel runs with compensation (undo)"),
+                    ("retry_run", "Can retry runs with edited input"),
+                    ("signal_run", "Can send signals to runs"),
+                    ("update_run", "Can send updates to runs"),
+                    ("republish_run", "Can republish lifecycle events"),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='NamespaceGrant',
+            name="NamespaceGrant",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('namespace', models.CharField(max_length=100)),
-                ('group', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='durable_namespaces', to='auth.group')),
-                ('user', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='durable_namespaces', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("namespace", models.CharField(max_length=100)),
+                (
+                    "group",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="durable_namespaces",
+                        to="auth.group",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="durable_namespaces",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ('namespace', 'id'),
-                'constraints': [models.CheckConstraint(condition=models.Q(models.Q(('group__isnull', True), ('user__isnull', False)), models.Q(('group__isnull', False), ('user__isnull', True)), _connector='OR'), name='durable_grant_user_xor_group')],
+                "ordering": ("namespace", "id"),
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(
+                            models.Q(("group__isnull", True), ("user__isnull", False)),
+                            models.Q(("group__isnull", False), ("user__isnull", True)),
+                            _connector="OR",
+                        ),
+                        name="durable_grant_user_xor_group",
+                    )
+                ],
             },
         ),
     ]

@@ -1,0 +1,154 @@
+"""The run detail page's data: a step timeline on a time axis, and what the run waits on.
+
+Pure functions over model instances; the template draws each bar as a
+positioned ``<div>`` (left/width in percent of the run's time span), so the
+page needs no JavaScript.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from durable.models import ACTIVE, Checkpoint, Run
+
+RUN_TOKEN = "__run__:"
+EVENT_TOKEN = "__event__:"
+
+
+def pretty(value: Any) -> str:
+    """JSON indented for a ``<pre>`` block."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def human(delta: timedelta | None) -> str:
+    """``1.234s``, ``12m 3s``, ``2d 4h``."""
+    if delta is None:
+        return ""
+    seconds = delta.total_seconds()
+    if seconds < 0:
+        return "-" + human(-delta)
+    if seconds < 60:
+        return f"{seconds:.3f}s" if seconds < 10 else f"{seconds:.1f}s"
+    minutes, sec = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    return f"{minutes}m {sec}s"
+
+
+@dataclass
+class Segment:
+    kind: str  # wait (queued), run, timer, retry
+    left: float
+    width: float
+    title: str
+
+
+@dataclass
+class Row:
+    seq: int
+    name: str
+    kind: str
+    status: str
+    attempts: int
+    duration: str
+    segments: list[Segment] = field(default_factory=list)
+    markers: list[Segment] = field(default_factory=list)
+    error: str = ""
+    progress: str = ""
+
+
+@dataclass
+class Timeline:
+    start: datetime
+    end: datetime
+    rows: list[Row]
+    ticks: list[tuple[float, str]]
+
+
+def build_timeline(run: Run, checkpoints: list[Checkpoint], now: datetime) -> Timeline:
+    """Bars per checkpoint: queue wait (enqueued→started), run (started→finished), timers."""
+    times = [run.created_at]
+    for cp in checkpoints:
+        times += [t for t in (cp.enqueued_at, cp.started_at, cp.finished_at, cp.heartbeat_at) if t]
+        if cp.kind == "sleep" and cp.wake_at:
+            times.append(cp.wake_at)
+    start = min(times)
+    end = max([*times, run.finished_at or now])
+    span = max((end - start).total_seconds(), 0.001)
+
+    def pos(t: datetime) -> float:
+        return round(max(0.0, min(100.0, (t - start).total_seconds() * 100 / span)), 3)
+
+    def seg(kind: str, a: datetime, b: datetime, title: str) -> Segment:
+        left = pos(a)
+        return Segment(kind, left, max(round(pos(b) - left, 3), 0.4), title)
+
+    rows = []
+    for cp in checkpoints:
+        row = Row(cp.seq, cp.name, cp.kind, cp.status, cp.attempts, "")
+        open_end = now if cp.status in ("pending", "running") else (cp.finished_at or now)
+        if cp.enqueued_at:
+            queued_until = cp.started_at or (open_end if cp.status == "pending" else cp.finished_at) or open_end
+            row.segments.append(
+                seg("wait", cp.enqueued_at, queued_until, f"queued {human(queued_until - cp.enqueued_at)}")
+            )
+        if cp.kind == "sleep" and cp.wake_at:
+            begin = cp.started_at or cp.finished_at or start
+            row.segments.append(seg("timer", begin, cp.wake_at, f"timer due {cp.wake_at:%Y-%m-%d %H:%M:%S}"))
+        elif cp.started_at:
+            stop = cp.finished_at or open_end
+            row.segments.append(seg("run", cp.started_at, stop, f"ran {human(stop - cp.started_at)}"))
+            row.duration = human(stop - cp.started_at)
+        elif cp.finished_at:
+            row.segments.append(seg("run", cp.finished_at, cp.finished_at, "recorded"))
+        if cp.retry_at and cp.status in ("pending", "running"):
+            row.markers.append(seg("retry", cp.retry_at, cp.retry_at, f"retry at {cp.retry_at:%H:%M:%S}"))
+        if cp.heartbeat_at:
+            row.markers.append(seg("heartbeat", cp.heartbeat_at, cp.heartbeat_at, "last heartbeat"))
+        if cp.error:
+            row.error = str(cp.error.get("message") if isinstance(cp.error, dict) else cp.error)[:500]
+        if cp.progress is not None:
+            row.progress = json.dumps(cp.progress, default=str)[:200]
+        rows.append(row)
+    ticks = [(i * 25.0, human(timedelta(seconds=span * i / 4))) for i in range(5)]
+    return Timeline(start, end, rows, ticks)
+
+
+def waiting_on(
+    run: Run, checkpoints: list[Checkpoint], waiters: list[Any], children: list[Run]
+) -> list[dict[str, Any]]:
+    """What an active run waits for now: signals, timers, steps, children, events."""
+    if run.status not in ACTIVE:
+        return []
+    items: list[dict[str, Any]] = []
+    for waiter in waiters:
+        name = waiter.name
+        if name.startswith(RUN_TOKEN):
+            items.append({"kind": "run", "what": name[len(RUN_TOKEN) :], "due": None, "seq": waiter.seq})
+        elif name.startswith(EVENT_TOKEN):
+            items.append({"kind": "event", "what": name[len(EVENT_TOKEN) :], "due": None, "seq": waiter.seq})
+        else:
+            items.append({"kind": "signal", "what": name, "due": None, "seq": waiter.seq})
+    for cp in checkpoints:
+        if cp.status not in ("pending", "running"):
+            continue
+        if cp.kind == "sleep":
+            items.append({"kind": "timer", "what": cp.name, "due": cp.wake_at, "seq": cp.seq})
+        elif cp.kind == "step":
+            what = f"{cp.name} ({cp.status}, attempt {cp.attempts or 1}, queue {cp.queue or 'default'})"
+            items.append({"kind": "step", "what": what, "due": cp.retry_at, "seq": cp.seq})
+        elif cp.kind in ("signal", "event") and not any(i["seq"] == cp.seq for i in items):
+            items.append({"kind": cp.kind, "what": cp.name, "due": cp.wake_at, "seq": cp.seq})
+    for child in children:
+        if child.status in ACTIVE and not any(i["kind"] == "run" and i["what"] == child.id for i in items):
+            items.append({"kind": "child", "what": child.id, "due": None, "seq": None})
+    if not items and run.wake_at:
+        items.append({"kind": "wake", "what": "next look (reconcile)", "due": run.wake_at, "seq": None})
+    return items

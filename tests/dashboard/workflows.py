@@ -1,0 +1,56 @@
+"""Workflows used by the dashboard tests (registered at import)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import durable
+
+
+@durable.step(name="dash.add")
+def dash_add(a: int, b: int) -> int:
+    return a + b
+
+
+@durable.workflow(name="dash_wait", tags=["dash"])
+def dash_wait(ctx: durable.WorkflowContext, data: Any) -> Any:
+    ctx.local_step("prepare", lambda: "ready")
+    return ctx.wait_signal("go")
+
+
+@durable.workflow(name="dash_fail")
+def dash_fail(ctx: durable.WorkflowContext, data: Any) -> Any:
+    def boom() -> None:
+        raise durable.FatalError("card declined", code="declined")
+
+    if isinstance(data, dict) and data.get("ok"):
+        return "fixed"
+    ctx.local_step("charge", boom)
+    return "unreachable"
+
+
+@durable.workflow(name="dash_step")
+def dash_step(ctx: durable.WorkflowContext, x: int) -> int:
+    return ctx.step(dash_add, x, 1)
+
+
+@durable.workflow(name="dash_sleep")
+def dash_sleep(ctx: durable.WorkflowContext) -> str:
+    ctx.sleep("1h")
+    return "woke"
+
+
+def validate_order(data: Any) -> Any:
+    if not isinstance(data, dict) or "id" not in data:
+        raise ValueError("an order needs an id")
+    return data
+
+
+@durable.workflow(name="dash_order", version=1)
+def dash_order_v1(ctx: durable.WorkflowContext, data: Any) -> Any:
+    return data
+
+
+@durable.workflow(name="dash_order", version=2, validate=validate_order)
+def dash_order_v2(ctx: durable.WorkflowContext, data: Any) -> Any:
+    return data
