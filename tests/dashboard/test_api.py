@@ -90,7 +90,7 @@ def test_action_permission_without_view_permission_is_refused(api, make_user, ma
 @pytest.mark.parametrize("action", sorted(RUN_ACTIONS))
 def test_viewer_may_not_act(api, viewer, make_run, action):
     run_id = make_run("failed")
-    method, suffix, body, perm = RUN_ACTIONS[action]
+    _method, suffix, body, perm = RUN_ACTIONS[action]
     response = post(api(viewer), f"{BASE}/runs/{run_id}/{suffix}", body)
     assert response.status_code == 403
     assert f"durable_dashboard.{perm}_run" in response.json()["detail"]
@@ -104,7 +104,7 @@ def test_each_action_needs_its_own_permission(api, make_user, make_run, action):
     others = [a for a in operations.LABELS if a != RUN_ACTIONS[action][3]]
     user = make_user("almost", *others)
     run_id = make_run("failed")
-    method, suffix, body, perm = RUN_ACTIONS[action]
+    _method, suffix, body, _perm = RUN_ACTIONS[action]
     assert post(api(user), f"{BASE}/runs/{run_id}/{suffix}", body).status_code == 403
 
 
@@ -133,7 +133,13 @@ def test_bulk_cancel_with_compensation_needs_its_permission(api, make_user, make
 
 def test_start_creates_then_is_idempotent(api, operator):
     client = api(operator)
-    body = {"workflow": "dash_wait", "input": {"a": 1}, "run_id": "order-1", "tags": ["x"], "search_attributes": {"k": 1}}
+    body = {
+        "workflow": "dash_wait",
+        "input": {"a": 1},
+        "run_id": "order-1",
+        "tags": ["x"],
+        "search_attributes": {"k": 1},
+    }
     first = post(client, f"{BASE}/runs/", body)
     assert first.status_code == 201, first.content
     data = first.json()

@@ -34,7 +34,7 @@ def snapshot():
 @pytest.mark.parametrize("state", ["failed", "waiting"])
 def test_other_namespace_is_404_for_every_action(api, scoped, runs, action, state):
     before = snapshot()
-    method, suffix, body, perm = RUN_ACTIONS[action]
+    _method, suffix, body, _perm = RUN_ACTIONS[action]
     response = post(api(scoped), f"{BASE}/runs/{runs[('team-b', state)]}/{suffix}", body)
     assert response.status_code == 404
     assert snapshot() == before
@@ -84,7 +84,10 @@ def test_start_in_other_namespace_is_refused(api, scoped, runs):
     assert taken.status_code == 409 and "b-waiting" not in taken.content.decode()
     ok = post(client, f"{BASE}/runs/", {"workflow": "dash_wait", "namespace": "team-a", "run_id": "a-new"})
     assert ok.status_code == 201
-    assert post(client, f"{BASE}/runs/", {"workflow": "dash_wait", "namespace": "team-a", "run_id": "a-new"}).status_code == 200
+    assert (
+        post(client, f"{BASE}/runs/", {"workflow": "dash_wait", "namespace": "team-a", "run_id": "a-new"}).status_code
+        == 200
+    )
 
 
 def test_group_grant_and_wildcard(api, make_user, runs):
