@@ -9,21 +9,27 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from durable.engine.composition import Call, ChildCall, call, child_call
 from durable.engine.context import WorkflowContext
 from durable.engine.durations import parse_duration
 from durable.engine.registry import step, workflow
 from durable.engine.retry import Backoff
 from durable.exceptions import (
+    ChildFailed,
     ConfigurationError,
     DurableError,
+    EventNotSet,
     FatalError,
+    GatherFailed,
     InvalidInput,
     InvalidRunState,
     NonDeterminismError,
+    RunFailed,
     RunNotFound,
     SignalTimeout,
     StepFailed,
     StepNotFound,
+    WaitTimeout,
     WorkflowNotFound,
 )
 
@@ -40,53 +46,80 @@ if TYPE_CHECKING:
         signal,
         start,
     )
+    from durable.listing import RunPage, list_runs
+    from durable.messaging import EventResult, UpdateResult, get_event, publish_event, update, wait_for_run
 
 __all__ = [
     "Backoff",
+    "Call",
+    "ChildCall",
+    "ChildFailed",
     "ConfigurationError",
     "DurableError",
+    "EventNotSet",
+    "EventResult",
     "FatalError",
+    "GatherFailed",
     "InvalidInput",
     "InvalidRunState",
     "NonDeterminismError",
+    "RunFailed",
     "RunInfo",
     "RunNotFound",
+    "RunPage",
     "SignalTimeout",
     "StepFailed",
     "StepNotFound",
+    "UpdateResult",
+    "WaitTimeout",
     "WorkflowContext",
     "WorkflowNotFound",
+    "call",
     "cancel",
+    "child_call",
     "current_step",
+    "get_event",
     "get_run",
     "heartbeat",
+    "list_runs",
     "parse_duration",
+    "publish_event",
     "redispatch_pending",
     "requeue",
     "retry_with_input",
     "signal",
     "start",
     "step",
+    "update",
+    "wait_for_run",
     "workflow",
 ]
 
 _LAZY = {
-    "RunInfo",
-    "cancel",
-    "current_step",
-    "get_run",
-    "heartbeat",
-    "redispatch_pending",
-    "requeue",
-    "retry_with_input",
-    "signal",
-    "start",
+    "RunInfo": "durable.api",
+    "cancel": "durable.api",
+    "current_step": "durable.api",
+    "get_run": "durable.api",
+    "heartbeat": "durable.api",
+    "redispatch_pending": "durable.api",
+    "requeue": "durable.api",
+    "retry_with_input": "durable.api",
+    "signal": "durable.api",
+    "start": "durable.api",
+    "RunPage": "durable.listing",
+    "list_runs": "durable.listing",
+    "EventResult": "durable.messaging",
+    "UpdateResult": "durable.messaging",
+    "get_event": "durable.messaging",
+    "publish_event": "durable.messaging",
+    "update": "durable.messaging",
+    "wait_for_run": "durable.messaging",
 }
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        from durable import api
+        import importlib
 
-        return getattr(api, name)
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'durable' has no attribute {name!r}")

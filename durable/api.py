@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from durable import conf
 from durable.engine import clock
 from durable.engine.ports import RunRecord
-from durable.engine.registry import WorkflowDef, registry, resolve_workflow
+from durable.engine.registry import registry, resolve_workflow
+from durable.engine.runs import clean_input, run_fields
 from durable.engine.serialization import to_json
 from durable.engine.steps import StepInfo
 from durable.engine.steps import current_step as _current_step
@@ -52,6 +52,7 @@ class RunInfo:
     search_attributes: dict[str, Any] = field(default_factory=dict)
     parent_id: str | None = None
     retry_of: str | None = None
+    continued_to: str | None = None
     wake_at: datetime | None = None
     recovery_attempts: int = 0
     created_at: datetime | None = None
@@ -78,6 +79,7 @@ class RunInfo:
             search_attributes=dict(rec.search_attributes or {}),
             parent_id=rec.parent_id,
             retry_of=rec.retry_of,
+            continued_to=rec.continued_to,
             wake_at=rec.wake_at,
             recovery_attempts=rec.recovery_attempts,
             created_at=rec.created_at,
@@ -112,19 +114,6 @@ def _check_tags(tags: Any) -> list[str]:
     return list(dict.fromkeys(tags))
 
 
-def _clean_input(wf: WorkflowDef, value: Any, max_bytes: int) -> Any:
-    if wf.validate is not None:
-        try:
-            cleaned = wf.validate(value)
-        except (ValueError, TypeError, KeyError, ValidationError) as exc:
-            raise InvalidInput(f"input refused by workflow {wf.name!r}: {exc}") from exc
-        if cleaned is not None:
-            value = cleaned
-    if not wf.takes_input and value is not None:
-        raise InvalidInput(f"workflow {wf.name!r} takes no input, got {value!r}")
-    return to_json(value, f"input of workflow {wf.name!r}", max_bytes=max_bytes)
-
-
 def start(
     workflow: Any,
     input: Any = None,
@@ -145,7 +134,7 @@ def start(
     wf = resolve_workflow(workflow)
     run_id = _check_id(run_id) if run_id is not None else uuid.uuid4().hex
     namespace = _check_name(namespace, "namespace") if namespace is not None else settings.default_namespace
-    all_tags = _check_tags(list(wf.tags) + _check_tags(tags))
+    tags = _check_tags(tags)
     if search_attributes is None:
         search_attributes = {}
     if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
@@ -153,47 +142,43 @@ def start(
     search_attributes = to_json(search_attributes, "search_attributes", max_bytes=64 * 1024)
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidInput(f"priority must be an integer, got {priority!r}")
-    value = _clean_input(wf, input, settings.max_payload_bytes)
-    return _create(wf, run_id, value, namespace, all_tags, search_attributes, priority)
+    value = clean_input(wf, input, settings.max_payload_bytes)
+    fields = run_fields(
+        wf,
+        run_id,
+        value,
+        now=clock.now(),
+        namespace=namespace,
+        tags=tags,
+        search_attributes=search_attributes,
+        priority=priority,
+    )
+    _create(fields)
+    return run_id
 
 
-def _create(
-    wf: WorkflowDef,
-    run_id: str,
-    value: Any,
-    namespace: str,
-    tags: list[str],
-    search_attributes: dict[str, Any],
-    priority: int,
-    **extra: Any,
-) -> str:
-    now = clock.now()
-    fields = {
-        "id": run_id,
-        "workflow": wf.name,
-        "version": wf.version,
-        "status": "pending",
-        "namespace": namespace,
-        "input": value,
-        "tags": tags,
-        "search_attributes": search_attributes,
-        "priority": priority,
-        "created_at": now,
-        "updated_at": now,
-        "deadline_at": now + timedelta(seconds=wf.timeout) if wf.timeout else None,
-        **extra,
-    }
+def _create(fields: dict[str, Any]) -> bool:
+    """Insert a run (idempotent) and dispatch it after the caller's transaction commits."""
+    run_id = fields["id"]
     with transaction.atomic():
         _, created = store.create_run(fields)
         if created:
             engine = get_engine()
             transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
-    return run_id
+    return created
 
 
-def get_run(run_id: str) -> RunInfo:
-    """The run's current state; raises :class:`~durable.RunNotFound` for an unknown id."""
-    rec = store.get_run(_check_id(run_id))
+def get_run(run_id: str, *, follow: bool = False) -> RunInfo:
+    """The run's current state; raises :class:`~durable.RunNotFound` for an unknown id.
+
+    With ``follow=True``, a run that continued as new is followed to the
+    latest run of its chain.
+    """
+    _check_id(run_id)
+    rec = store.get_run(run_id)
+    if rec is not None and follow:
+        while rec is not None and rec.continued_to:
+            rec = store.get_run(rec.continued_to)
     if rec is None:
         raise RunNotFound(f"no run with id {run_id!r}")
     return RunInfo.from_record(rec)
@@ -209,6 +194,8 @@ def signal(run_id: str, name: str, payload: Any = None) -> None:
     """
     _check_id(run_id)
     _check_name(name, "signal name")
+    if name.startswith("__"):
+        raise InvalidInput(f"signal names starting with '__' are reserved, got {name!r}")
     payload = to_json(payload, f"payload of signal {name!r}", max_bytes=conf.get().max_payload_bytes)
     with transaction.atomic():
         woke = store.signal(run_id, name, payload, clock.now())
@@ -217,14 +204,33 @@ def signal(run_id: str, name: str, payload: Any = None) -> None:
             transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
 
 
-def cancel(run_id: str) -> bool:
-    """Cancel a run. Returns True if this call cancelled it, False if it had already ended.
+def cancel(run_id: str, *, compensate: bool = False) -> bool:
+    """Cancel a run and its children. True if this call cancelled it, False if it had ended.
 
     Idempotent. A cancelled run never starts another step: its pending steps
     are refused by workers, and a turn in progress loses its lease and writes
-    nothing more.
+    nothing more. With ``compensate=True`` the run (and its children) first
+    undo their completed steps that declared a compensation, newest first,
+    then end ``cancelled``.
     """
-    return store.cancel(_check_id(run_id), clock.now())
+    _check_id(run_id)
+    if not isinstance(compensate, bool):
+        raise InvalidInput(f"compensate must be a boolean, got {compensate!r}")
+    with transaction.atomic():
+        done, woken = store.cancel(run_id, clock.now(), compensate)
+        _dispatch_after_commit(woken)
+    return done
+
+
+def _dispatch_after_commit(run_ids: list[str]) -> None:
+    if run_ids:
+        engine = get_engine()
+
+        def dispatch() -> None:
+            for rid in run_ids:
+                engine.transport.dispatch_turn(rid)
+
+        transaction.on_commit(dispatch)
 
 
 def heartbeat(progress: Any = None) -> bool:
@@ -260,9 +266,7 @@ def requeue(run_id: str) -> None:
     except WorkflowNotFound:
         pass  # it will be parked as blocked until its code is deployed
     with transaction.atomic():
-        store.requeue(run_id, now, deadline)
-        engine = get_engine()
-        transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
+        _dispatch_after_commit(store.requeue(run_id, now, deadline))
 
 
 def redispatch_pending(run_id: str) -> int:
@@ -300,16 +304,20 @@ def retry_with_input(run_id: str, input: Any) -> str:
     if origin.status not in ("failed", "dead"):
         raise InvalidRunState(f"run {run_id!r} is {origin.status}; only failed or dead runs can be retried")
     wf = registry.get_workflow(origin.workflow)
-    value = _clean_input(wf, input, conf.get().max_payload_bytes)
+    value = clean_input(wf, input, conf.get().max_payload_bytes)
     new_id = f"{run_id[:230]}~retry~{uuid.uuid4().hex[:12]}"
-    return _create(
-        wf,
-        new_id,
-        value,
-        origin.namespace,
-        list(origin.tags),
-        dict(origin.search_attributes),
-        origin.priority,
-        parent_id=origin.parent_id,
-        retry_of=origin.id,
+    _create(
+        run_fields(
+            wf,
+            new_id,
+            value,
+            now=clock.now(),
+            namespace=origin.namespace,
+            tags=list(origin.tags),
+            search_attributes=dict(origin.search_attributes),
+            priority=origin.priority,
+            parent_id=origin.parent_id,
+            retry_of=origin.id,
+        )
     )
+    return new_id

@@ -115,3 +115,60 @@ class Blocked(BaseException):
     def __init__(self, reason: dict[str, Any]) -> None:
         self.reason = reason
         super().__init__(reason.get("message", "blocked"))
+
+
+class RunFailed(DurableError):
+    """A run waited on ended without completing (failed, dead or cancelled)."""
+
+    what = "run"
+
+    def __init__(self, run_id: str, status: str, error: dict[str, Any] | None) -> None:
+        self.run_id = run_id
+        self.status = status
+        self.error = error or {}
+        detail = self.error.get("message") or status
+        super().__init__(f"{self.what} {run_id!r} {status}: {detail}")
+
+
+class ChildFailed(RunFailed):
+    """A child workflow ended without completing, or could not even start (``not_started``)."""
+
+    what = "child run"
+
+    @property
+    def child_id(self) -> str:
+        return self.run_id
+
+
+class GatherFailed(DurableError):
+    """One or more operations of ``ctx.gather`` failed.
+
+    ``failures`` lists ``(index, error)`` pairs in input order; ``results``
+    holds the values of the operations that completed (None elsewhere).
+    """
+
+    def __init__(self, failures: list[tuple[int, dict[str, Any]]], results: list[Any]) -> None:
+        self.failures = failures
+        self.results = results
+        parts = "; ".join(f"#{i}: {err.get('message') or err.get('type')}" for i, err in failures)
+        super().__init__(f"{len(failures)} of {len(results)} gathered operation(s) failed: {parts}")
+
+
+class ContinueAsNew(BaseException):
+    """Internal: end this run and carry on as a new run with ``input``."""
+
+    def __init__(self, input: Any) -> None:
+        self.input = input
+        super().__init__("continue as new")
+
+
+class CancelRequested(BaseException):
+    """Internal: ``cancel(compensate=True)`` reached the run; undo and stop."""
+
+
+class EventNotSet(DurableError, LookupError):
+    """``durable.get_event(run_id, key)``: the run never set that key."""
+
+
+class WaitTimeout(DurableError, TimeoutError):
+    """``durable.wait_for_run(...)`` gave up before the run settled."""

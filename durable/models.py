@@ -43,6 +43,14 @@ class CheckpointKind(models.TextChoices):
     NOW = "now", _("Time")
     UUID = "uuid", _("UUID")
     SIDE_EFFECT = "side_effect", _("Side effect")
+    CHILD = "child", _("Child workflow")
+    START_CHILD = "start_child", _("Started child")
+    WAIT_RUN = "wait_run", _("Wait for run")
+    EVENT = "event", _("Named event")
+    UPDATE = "update", _("Update")
+    ATTRIBUTES = "attributes", _("Search attributes")
+    TRANSACTION = "transaction", _("Database transaction")
+    COMPENSATION = "compensation", _("Compensation")
 
 
 class Run(models.Model):
@@ -73,6 +81,14 @@ class Run(models.Model):
     parent_id = models.CharField(max_length=255, null=True, blank=True, db_index=True)
     # Lineage: the failed run this one retries with corrected input.
     retry_of = models.CharField(max_length=255, null=True, blank=True, db_index=True)
+    # Continue-as-new: the run that carries on from this one.
+    continued_to = models.CharField(max_length=255, null=True, blank=True)
+    # Values published with ctx.set_event(key, value), read with durable.get_event.
+    query_values = models.JSONField(default=dict, blank=True)
+    # ctx.patched(...) change ids this run took the new code path for.
+    patches = models.JSONField(default=list, blank=True)
+    # durable.cancel(compensate=True) asked this run to undo its steps and stop.
+    cancel_requested = models.BooleanField(default=False)
     deadline_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock_now)
     updated_at = models.DateTimeField(default=clock_now)
@@ -151,20 +167,26 @@ class Checkpoint(models.Model):
 
 
 class SignalWaiter(models.Model):
-    """A suspended run waiting for signal ``name`` at position ``seq``.
+    """A suspended run waiting on token ``name`` at position ``seq``.
 
+    Tokens: a signal name; ``__run__:<id>`` for another run settling (children,
+    ``wait_for_run``); ``__event__:<name>`` for a named event, with ``match``.
     Replaced as a whole by each suspension of the run, and deleted by its own
     run id and position only, so a waiter is never removed on another run's behalf.
     """
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="waiters")
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=300)
     seq = models.PositiveIntegerField()
+    match = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock_now)
 
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="durable_waiter_run_seq")]
-        indexes = [models.Index(fields=["run", "name"], name="durable_waiter_run_name")]
+        indexes = [
+            models.Index(fields=["run", "name"], name="durable_waiter_run_name"),
+            models.Index(fields=["name"], name="durable_waiter_name"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id} waits for {self.name!r} (#{self.seq})"
@@ -184,6 +206,24 @@ class BufferedSignal(models.Model):
 
     def __str__(self) -> str:
         return f"signal {self.name!r} for {self.run_id}"
+
+
+class BufferedEvent(models.Model):
+    """A named event that no waiting run took yet; kept once per event id for the first match."""
+
+    event_id = models.CharField(max_length=255, unique=True)
+    name = models.CharField(max_length=200)
+    payload = models.JSONField(null=True, blank=True)
+    # Delivered (to waiters or a buffered taker): kept so the same event id is never delivered twice.
+    consumed = models.BooleanField(default=False)
+    created_at = models.DateTimeField(default=clock_now)
+
+    class Meta:
+        ordering = ("id",)
+        indexes = [models.Index(fields=["name", "id"], name="durable_event_name", condition=models.Q(consumed=False))]
+
+    def __str__(self) -> str:
+        return f"event {self.name!r} ({self.event_id})"
 
 
 class WorkerDescriptor(models.Model):

@@ -18,20 +18,23 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, transaction
-from django.db.models import F, Min, Q
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Case, DateTimeField, F, Min, Q, Value, When
 
+from durable.engine.context_base import EVENT_TOKEN, RUN_TOKEN
 from durable.engine.ports import (
     CheckpointRecord,
     Outcome,
     RunRecord,
     StepClaim,
     TurnWrites,
+    Waiter,
 )
-from durable.exceptions import InvalidRunState, RunNotFound
+from durable.exceptions import InvalidRunState, LeaseLost, RunNotFound
 from durable.models import (
     ACTIVE,
     TERMINAL,
+    BufferedEvent,
     BufferedSignal,
     Checkpoint,
     CheckpointStatus,
@@ -42,6 +45,23 @@ from durable.models import (
 )
 
 CP_STATUS = CheckpointStatus
+# Checkpoint kinds whose settling means a waiter of the run is no longer needed.
+WAIT_KINDS = ("signal", "update", "event", "child", "wait_run")
+# Failed checkpoints that a requeue resets so they run again.
+RESETTABLE = ("step", "local", "child", "transaction")
+
+
+class _LeaseGone(Exception):
+    """Rolls a commit back when the lease compare-and-set matched nothing."""
+
+
+def _matches(match: dict[str, Any] | None, payload: Any) -> bool:
+    """``match`` is a subset of ``payload`` (every key present with an equal value)."""
+    if not match:
+        return True
+    return isinstance(payload, dict) and all(k in payload and payload[k] == v for k, v in match.items())
+
+
 _RUN_FIELDS = [f.name for f in Run._meta.concrete_fields]
 _CP_FIELDS = list(CheckpointRecord.__dataclass_fields__)
 
@@ -56,6 +76,10 @@ def _cp_record(row: dict[str, Any]) -> CheckpointRecord:
 
 class DjangoStore:
     """:class:`durable.engine.ports.Store` on the Django ORM."""
+
+    def atomic(self) -> Any:
+        """A database transaction (``ctx.transaction`` wraps user writes and a checkpoint in it)."""
+        return transaction.atomic()
 
     # -- runs ----------------------------------------------------------------
     def create_run(self, fields: dict[str, Any]) -> tuple[RunRecord, bool]:
@@ -137,46 +161,120 @@ class DjangoStore:
     ) -> bool:
         """Write a turn's checkpoints (and, with ``outcome``, settle the run) atomically.
 
-        The first statement is the compare-and-set on the lease; when it matches
+        The compare-and-set on the lease decides everything: when it matches
         nothing the turn has lost the run and nothing at all is written.
-        Settling releases the lease in that same statement. A suspension that
-        registers signal waiters re-checks the signal buffer after taking the run
-        row lock, which closes the race with a concurrent :meth:`signal`.
+        Settling releases the lease in that same statement. A continue-as-new
+        successor is inserted in this transaction too, before the current run
+        completes.
+
+        Waiters registered by a suspension re-check what they wait for inside
+        this transaction, after taking the lock the sender also takes (the run
+        row for signals, the awaited run's row for runs, an advisory lock per
+        name for events), so a concurrent signal, result or event is never
+        lost between the turn's read and its registration. Runs waiting on
+        this one are woken after commit (``outcome.woken``).
         """
-        with transaction.atomic():
-            mine = Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner)
-            if outcome is None:
-                updated = mine.update(locked_until=lease_until, updated_at=now)
-            else:
-                fields: dict[str, Any] = dict(status=outcome.status, updated_at=now, locked_by=None, locked_until=None)
-                if outcome.status == RunStatus.SUSPENDED:
-                    fields["wake_at"] = outcome.wake_at
-                elif outcome.status == RunStatus.BLOCKED:
-                    fields.update(wake_at=None, error=outcome.error)
+        waiters = outcome.waiters if outcome is not None else []
+        event_names = sorted({w.token[len(EVENT_TOKEN) :] for w in waiters if w.token.startswith(EVENT_TOKEN)})
+        try:
+            with transaction.atomic():
+                for name in event_names:
+                    self._lock_event(name)
+                if outcome is not None and outcome.next_run is not None:
+                    self._insert_runs([outcome.next_run])
+                fields: dict[str, Any] = dict(writes.run_fields)
+                if outcome is None:
+                    fields.update(locked_until=lease_until, updated_at=now)
                 else:
-                    fields.update(wake_at=None, finished_at=now, output=outcome.output, error=outcome.error)
-                updated = mine.update(**fields)
-            if not updated:
-                return False
-            self._apply(run_id, writes)
-            if outcome is not None:
-                touched_signals = writes.consumed_signals or any(w.record.kind == "signal" for w in writes.checkpoints)
-                if outcome.status != RunStatus.SUSPENDED or outcome.waiters or touched_signals:
-                    SignalWaiter.objects.filter(run_id=run_id).delete()
-                if outcome.waiters:
-                    SignalWaiter.objects.bulk_create(
-                        [
-                            SignalWaiter(run_id=run_id, name=name, seq=seq, created_at=now)
-                            for name, seq in outcome.waiters
-                        ]
-                    )
-                    names = {name for name, _ in outcome.waiters}
-                    if BufferedSignal.objects.filter(run_id=run_id, name__in=names).exists():
-                        Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now)
-                        outcome.wake_at = now
+                    fields.update(status=outcome.status, updated_at=now, locked_by=None, locked_until=None)
+                    if outcome.status == RunStatus.SUSPENDED:
+                        # A cancel-with-undo that arrived during the turn must not wait for the timer.
+                        fields["wake_at"] = Case(
+                            When(cancel_requested=True, then=Value(now)),
+                            default=Value(outcome.wake_at),
+                            output_field=DateTimeField(),
+                        )
+                    elif outcome.status == RunStatus.BLOCKED:
+                        fields.update(wake_at=None, error=outcome.error)
+                    else:
+                        fields.update(wake_at=None, finished_at=now, output=outcome.output, error=outcome.error)
+                        if outcome.next_run is not None:
+                            fields["continued_to"] = outcome.next_run["id"]
+                if not Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(**fields):
+                    raise _LeaseGone()
+                cancelled = self._apply(run_id, writes, now)
+                if outcome is not None:
+                    self._settle_waiters(run_id, writes, outcome, now)
+        except _LeaseGone:
+            return False
+        if outcome is not None:
+            tokens = [RUN_TOKEN + rid for rid in cancelled]
+            if outcome.status in TERMINAL:
+                tokens += outcome.notify
+            if tokens:
+                outcome.woken = self._wake_waiters(tokens, now)
         return True
 
-    def _apply(self, run_id: str, writes: TurnWrites) -> None:
+    def _settle_waiters(self, run_id: str, writes: TurnWrites, outcome: Outcome, now: datetime) -> None:
+        waiters = outcome.waiters
+        waited = writes.consumed_signals or any(w.record.kind in WAIT_KINDS for w in writes.checkpoints)
+        if outcome.status != RunStatus.SUSPENDED or waiters or waited:
+            SignalWaiter.objects.filter(run_id=run_id).delete()
+        if not waiters:
+            return
+        SignalWaiter.objects.bulk_create(
+            [SignalWaiter(run_id=run_id, name=w.token, seq=w.seq, match=w.match, created_at=now) for w in waiters]
+        )
+        if self._already_there(run_id, waiters):
+            Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now)
+            outcome.wake_at = now
+
+    def _already_there(self, run_id: str, waiters: list[Waiter]) -> bool:
+        """Did what these waiters wait for happen before they were registered?"""
+        signals = [w.token for w in waiters if not w.token.startswith((RUN_TOKEN, EVENT_TOKEN))]
+        if signals and BufferedSignal.objects.filter(run_id=run_id, name__in=signals).exists():
+            return True
+        runs = [w.token[len(RUN_TOKEN) :] for w in waiters if w.token.startswith(RUN_TOKEN)]
+        if runs:
+            # Row locks serialise with the awaited run's own settle: either it committed
+            # first (we see it terminal) or it commits after us (and sees our waiter).
+            statuses = Run.objects.select_for_update().filter(id__in=runs).values_list("status", flat=True)
+            if any(status in TERMINAL for status in statuses):
+                return True
+        for w in waiters:
+            if w.token.startswith(EVENT_TOKEN):
+                name = w.token[len(EVENT_TOKEN) :]
+                buffered = BufferedEvent.objects.filter(name=name, consumed=False).values_list("payload", flat=True)
+                if any(_matches(w.match, payload) for payload in buffered[:500]):
+                    return True
+        return False
+
+    def _wake_waiters(self, tokens: list[str], now: datetime) -> list[str]:
+        """Wake the suspended runs waiting on any of ``tokens``; return their ids."""
+        ids = list(SignalWaiter.objects.filter(name__in=tokens).values_list("run_id", flat=True).distinct())
+        if not ids:
+            return []
+        Run.objects.filter(id__in=ids, status=RunStatus.SUSPENDED).update(wake_at=now)
+        return ids
+
+    def _insert_runs(self, rows: list[dict[str, Any]]) -> list[str]:
+        """Insert runs that do not exist yet (idempotent on id); return the ids created."""
+        ids = [row["id"] for row in rows]
+        existing = set(Run.objects.filter(id__in=ids).values_list("id", flat=True))
+        new = [Run(**row) for row in rows if row["id"] not in existing]
+        Run.objects.bulk_create(new)
+        return [run.id for run in new]
+
+    def _lock_event(self, name: str) -> None:
+        """Serialise publishers and waiters of one event name (PostgreSQL; SQLite serialises all writes)."""
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["durable-event:" + name])
+
+    def _apply(self, run_id: str, writes: TurnWrites, now: datetime) -> list[str]:
+        """Apply checkpoint writes, new children and sibling cancellations; return cancelled ids."""
+        if writes.new_runs:
+            self._insert_runs(writes.new_runs)
         new = [w.record for w in writes.checkpoints if w.create]
         if new:
             Checkpoint.objects.bulk_create([Checkpoint(run_id=run_id, **asdict(rec)) for rec in new])
@@ -185,13 +283,17 @@ class DjangoStore:
                 continue
             rec = asdict(w.record)
             seq = rec.pop("seq")
-            for key in ("name", "kind", "queue", "enqueued_at"):
+            for key in ("name", "kind", "queue", "enqueued_at", "input"):
                 rec.pop(key)
-            if rec["started_at"] is None:
-                rec.pop("started_at")
+            for key in ("started_at", "attempts"):
+                if not rec[key]:
+                    rec.pop(key)
             Checkpoint.objects.filter(run_id=run_id, seq=seq, status__in=w.expect).update(**rec)
         if writes.consumed_signals:
             BufferedSignal.objects.filter(run_id=run_id, id__in=writes.consumed_signals).delete()
+        if writes.cancel_runs:
+            return self._cancel_tree(writes.cancel_runs, now)
+        return []
 
     def next_signal(self, run_id: str, name: str, skip: list[int]) -> tuple[int, Any] | None:
         row = (
@@ -219,33 +321,235 @@ class DjangoStore:
                 )
         return False
 
-    def cancel(self, run_id: str, now: datetime) -> bool:
-        """Cancel an active run. Returns False when it was already terminal."""
+    def cancel(self, run_id: str, now: datetime, compensate: bool = False) -> tuple[bool, list[str]]:
+        """Cancel an active run and, recursively, its active children.
+
+        Returns (whether anything was cancelled, runs to dispatch a turn for).
+        With ``compensate`` the runs are not stopped here: they are marked and
+        woken so their next turn undoes their completed steps and ends
+        ``cancelled`` (a blocked run, which cannot execute, is cancelled outright).
+        """
+        woken: list[str] = []
         with transaction.atomic():
-            cancelled = Run.objects.filter(id=run_id, status__in=ACTIVE).update(
-                status=RunStatus.CANCELLED,
-                finished_at=now,
-                updated_at=now,
-                wake_at=None,
-                locked_by=None,
-                locked_until=None,
-            )
-            if cancelled:
-                SignalWaiter.objects.filter(run_id=run_id).delete()
-                return True
-        if not Run.objects.filter(id=run_id).exists():
-            raise RunNotFound(f"no run with id {run_id!r}")
-        return False
+            status = Run.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
+            if status is None:
+                raise RunNotFound(f"no run with id {run_id!r}")
+            if status not in ACTIVE:
+                return False, []
+            if not compensate or status == RunStatus.BLOCKED:
+                cancelled = self._cancel_tree([run_id], now)
+            else:
+                tree = self._subtree([run_id])
+                Run.objects.filter(id__in=tree, status__in=ACTIVE).exclude(status=RunStatus.BLOCKED).update(
+                    cancel_requested=True, updated_at=now
+                )
+                Run.objects.filter(id__in=tree, status=RunStatus.SUSPENDED).update(wake_at=now)
+                cancelled = self._cancel_tree(
+                    list(Run.objects.filter(id__in=tree, status=RunStatus.BLOCKED).values_list("id", flat=True)), now
+                )
+                woken = tree
+        if cancelled:
+            woken += self._wake_waiters([RUN_TOKEN + rid for rid in cancelled], now)
+        return True, woken
+
+    def _subtree(self, roots: list[str]) -> list[str]:
+        """``roots`` and all their active descendants (children, grandchildren...)."""
+        found = list(roots)
+        frontier = list(roots)
+        while frontier:
+            frontier = list(Run.objects.filter(parent_id__in=frontier, status__in=ACTIVE).values_list("id", flat=True))
+            frontier = [rid for rid in frontier if rid not in found]
+            found += frontier
+        return found
+
+    def _cancel_tree(self, roots: list[str], now: datetime) -> list[str]:
+        """Cancel ``roots`` and their active descendants; return the ids cancelled."""
+        if not roots:
+            return []
+        tree = self._subtree(roots)
+        ids = list(Run.objects.filter(id__in=tree, status__in=ACTIVE).values_list("id", flat=True))
+        Run.objects.filter(id__in=ids, status__in=ACTIVE).update(
+            status=RunStatus.CANCELLED,
+            finished_at=now,
+            updated_at=now,
+            wake_at=None,
+            locked_by=None,
+            locked_until=None,
+        )
+        SignalWaiter.objects.filter(run_id__in=ids).delete()
+        return ids
+
+    # -- named events --------------------------------------------------------
+    def publish_event(self, name: str, payload: Any, event_id: str, now: datetime) -> dict[str, Any]:
+        """Deliver an event to every matching waiter, or buffer it once for the first one.
+
+        Runs inside the caller's transaction (subscribers are started in the same
+        one). Idempotent on ``event_id``: a second publish delivers nothing.
+        """
+        self._lock_event(name)
+        if BufferedEvent.objects.filter(event_id=event_id).exists():
+            return {"duplicate": True, "delivered": [], "buffered": False}
+        delivered = []
+        waiters = (
+            SignalWaiter.objects.filter(name=EVENT_TOKEN + name)
+            .order_by("created_at", "id")
+            .values("id", "run_id", "seq", "match")
+        )
+        for w in waiters:
+            if not _matches(w["match"], payload):
+                continue
+            taken = Checkpoint.objects.filter(
+                run_id=w["run_id"], seq=w["seq"], kind="event", status=CP_STATUS.PENDING
+            ).update(status=CP_STATUS.COMPLETED, output=payload, finished_at=now)
+            if taken:
+                delivered.append(w["run_id"])
+                SignalWaiter.objects.filter(id=w["id"]).delete()
+        BufferedEvent.objects.create(
+            event_id=event_id, name=name, payload=payload, consumed=bool(delivered), created_at=now
+        )
+        return {"duplicate": False, "delivered": delivered, "buffered": not delivered}
+
+    def take_event(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        seq: int,
+        name: str,
+        match: dict[str, Any] | None,
+        create: bool,
+    ) -> tuple[Any] | None:
+        """Consume the oldest unconsumed buffered event matching ``match`` into checkpoint ``seq``.
+
+        Older non-matching events are skipped, not a barrier.
+        """
+        with transaction.atomic():
+            self._lock_event(name)
+            rows = BufferedEvent.objects.filter(name=name, consumed=False).order_by("id").values("id", "payload")
+            pick = next((row for row in rows[:500] if _matches(match, row["payload"])), None)
+            if pick is None:
+                return None
+            if not Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(
+                locked_until=lease_until
+            ):
+                raise LeaseLost()
+            BufferedEvent.objects.filter(id=pick["id"]).update(consumed=True)
+            if create:
+                Checkpoint.objects.create(
+                    run_id=run_id,
+                    seq=seq,
+                    name=name,
+                    kind="event",
+                    status=CP_STATUS.COMPLETED,
+                    input={"match": match},
+                    output=pick["payload"],
+                    started_at=now,
+                    finished_at=now,
+                )
+            else:
+                Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.PENDING).update(
+                    status=CP_STATUS.COMPLETED, output=pick["payload"], finished_at=now
+                )
+        return (pick["payload"],)
+
+    def notify_settled(self, run_id: str, now: datetime) -> list[str]:
+        """Wake runs waiting on ``run_id`` (or on the run it retries) after it settled outside a turn."""
+        retry_of = Run.objects.filter(id=run_id).values_list("retry_of", flat=True).first()
+        tokens = [RUN_TOKEN + run_id] + ([RUN_TOKEN + retry_of] if retry_of else [])
+        return self._wake_waiters(tokens, now)
+
+    def wake(self, run_ids: list[str], now: datetime) -> None:
+        if run_ids:
+            Run.objects.filter(id__in=run_ids, status=RunStatus.SUSPENDED).update(wake_at=now)
+
+    # -- reads ---------------------------------------------------------------
+    def list_runs(
+        self,
+        *,
+        statuses: list[str],
+        workflow: str | None,
+        namespace: str | None,
+        tag: str | None,
+        attributes: list[tuple[str, str, Any]],
+        created_after: datetime | None,
+        created_before: datetime | None,
+        after: tuple[datetime, str] | None,
+        limit: int,
+    ) -> list[RunRecord]:
+        qs = self.runs_queryset(
+            statuses=statuses, workflow=workflow, namespace=namespace, tag=tag, attributes=attributes
+        )
+        if created_after is not None:
+            qs = qs.filter(created_at__gte=created_after)
+        if created_before is not None:
+            qs = qs.filter(created_at__lt=created_before)
+        if after is not None:
+            qs = qs.filter(Q(created_at__lt=after[0]) | Q(created_at=after[0], id__lt=after[1]))
+        return [_run_record(row) for row in qs.order_by("-created_at", "-id")[:limit]]
+
+    def runs_queryset(
+        self,
+        *,
+        statuses: list[str] | None = None,
+        workflow: str | None = None,
+        namespace: str | None = None,
+        tag: str | None = None,
+        attributes: list[tuple[str, str, Any]] | None = None,
+    ) -> Any:
+        """Runs filtered as :func:`durable.list_runs` does (shared with the dashboard)."""
+        qs = Run.objects.all()
+        if statuses:
+            qs = qs.filter(status__in=statuses)
+        if workflow:
+            qs = qs.filter(workflow=workflow)
+        if namespace:
+            qs = qs.filter(namespace=namespace)
+        if tag:
+            if connection.vendor == "postgresql":
+                qs = qs.filter(tags__contains=[tag])
+            else:
+                qs = qs.extra(
+                    where=["EXISTS (SELECT 1 FROM json_each(durable_run.tags) WHERE value = %s)"], params=[tag]
+                )
+        for key, op, value in attributes or []:
+            path = f"search_attributes__{key}"
+            qs = qs.filter(**{"search_attributes__has_key": key})
+            if op == "eq":
+                qs = qs.filter(**{path: value})
+            elif op == "ne":
+                qs = qs.exclude(**{path: value})
+            else:
+                qs = qs.filter(**{f"{path}__{op}": value})
+        return qs
+
+    def resolve_run(self, run_id: str) -> RunRecord | None:
+        """The run whose outcome stands for ``run_id``.
+
+        Follows continue-as-new to the chain's latest run; for a failed or dead
+        run, a completed retry-with-input of it stands in for it.
+        """
+        row = Run.objects.filter(id=run_id).first()
+        seen: set[str] = set()
+        while row is not None and row.continued_to and row.continued_to not in seen:
+            seen.add(row.id)
+            row = Run.objects.filter(id=row.continued_to).first()
+        if row is not None and row.status in (RunStatus.FAILED, RunStatus.DEAD):
+            retry = Run.objects.filter(retry_of=row.id, status=RunStatus.COMPLETED).order_by("-finished_at").first()
+            if retry is not None:
+                return self.resolve_run(retry.id)
+        return _run_record(row) if row is not None else None
 
     # -- operator repairs ----------------------------------------------------
-    def requeue(self, run_id: str, now: datetime, deadline_at: datetime | None) -> None:
+    def requeue(self, run_id: str, now: datetime, deadline_at: datetime | None) -> list[str]:
         """Put a failed or dead run back to ``pending`` so it really runs again.
 
-        History from the first failed step onwards is dropped (everything after
-        it was decided by that failure), so replay executes the failed step
-        afresh instead of replaying its failure. Completed checkpoints before it,
-        including a late success that landed after the run failed, are kept.
-        The recovery count starts again from zero.
+        History from the first failed step or child onwards is dropped
+        (everything after it was decided by that failure), so replay executes
+        it afresh instead of replaying its failure. Completed checkpoints before
+        it, including a late success that landed after the run failed, are
+        kept. Failed children it awaited are requeued too, recursively. The
+        recovery count starts again from zero. Returns the ids requeued.
         """
         with transaction.atomic():
             status = Run.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
@@ -253,23 +557,36 @@ class DjangoStore:
                 raise RunNotFound(f"no run with id {run_id!r}")
             if status not in (RunStatus.FAILED, RunStatus.DEAD):
                 raise InvalidRunState(f"run {run_id!r} is {status}; only failed or dead runs can be requeued")
-            first_failed = Checkpoint.objects.filter(
-                run_id=run_id, status=CP_STATUS.FAILED, kind__in=("step", "local")
-            ).aggregate(m=Min("seq"))["m"]
-            if first_failed is not None:
-                Checkpoint.objects.filter(run_id=run_id, seq__gte=first_failed).delete()
-            Run.objects.filter(id=run_id, status__in=(RunStatus.FAILED, RunStatus.DEAD)).update(
-                status=RunStatus.PENDING,
-                error=None,
-                output=None,
-                finished_at=None,
-                wake_at=None,
-                locked_by=None,
-                locked_until=None,
-                recovery_attempts=0,
-                deadline_at=deadline_at,
-                updated_at=now,
-            )
+            return self._requeue(run_id, now, {"deadline_at": deadline_at})
+
+    def _requeue(self, run_id: str, now: datetime, extra: dict[str, Any]) -> list[str]:
+        failed = Checkpoint.objects.filter(run_id=run_id, status=CP_STATUS.FAILED, kind__in=RESETTABLE)
+        first_failed = failed.aggregate(m=Min("seq"))["m"]
+        requeued = [run_id]
+        if first_failed is not None:
+            dropped = Checkpoint.objects.filter(run_id=run_id, seq__gte=first_failed)
+            children = [
+                (row or {}).get("run_id")
+                for row in dropped.filter(kind="child", status=CP_STATUS.FAILED).values_list("input", flat=True)
+            ]
+            dropped.delete()
+            for child_id in children:
+                if child_id and Run.objects.filter(id=child_id, status__in=(RunStatus.FAILED, RunStatus.DEAD)).exists():
+                    requeued += self._requeue(child_id, now, {})
+        Run.objects.filter(id=run_id, status__in=(RunStatus.FAILED, RunStatus.DEAD)).update(
+            status=RunStatus.PENDING,
+            error=None,
+            output=None,
+            finished_at=None,
+            wake_at=None,
+            locked_by=None,
+            locked_until=None,
+            recovery_attempts=0,
+            cancel_requested=False,
+            updated_at=now,
+            **extra,
+        )
+        return requeued
 
     def pending_steps(self, run_id: str, now: datetime, new_wake: datetime) -> list[tuple[int, str | None]]:
         """Mark every pending dispatched step of an active run for re-dispatch; return them."""

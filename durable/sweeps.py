@@ -43,8 +43,16 @@ def expire_timeouts(engine: Engine, *, should_stop: StopCheck = _never) -> int:
             "type": "Timeout",
             "traceback": None,
         }
-        done += engine.store.fail_overdue(run_id, now, error)
+        if engine.store.fail_overdue(run_id, now, error):
+            done += 1
+            _notify(engine, run_id)
     return done
+
+
+def _notify(engine: Engine, run_id: str) -> None:
+    """A run settled outside a turn: wake (and dispatch) the runs waiting on it."""
+    for woken in engine.store.notify_settled(run_id, clock.now()):
+        engine.transport.dispatch_turn(woken)
 
 
 def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCheck = _never) -> dict[str, int]:
@@ -68,6 +76,7 @@ def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCh
         if isinstance(result, str):
             counts["dead"] += 1
             logger.error("run %s dead-lettered after too many recoveries", run_id)
+            _notify(engine, run_id)
             continue
         counts["recovered"] += 1
         if execute:

@@ -86,7 +86,8 @@ def drive() -> dict[str, int]:
 def run_until_settled(run_id: str, timeout: float = 10.0) -> RunInfo:
     """Drive due work until ``run_id`` is terminal or waits on something not due in time.
 
-    Returns the run as :func:`durable.get_run` does. ``timeout`` is real seconds.
+    Returns the run as :func:`durable.get_run` does, following continue-as-new
+    to the latest run of the chain. ``timeout`` is real seconds.
     """
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
         raise InvalidInput(f"timeout must be a non-negative number of seconds, got {timeout!r}")
@@ -95,7 +96,7 @@ def run_until_settled(run_id: str, timeout: float = 10.0) -> RunInfo:
     engine = get_engine()
     while True:
         counts = sweeps.tick(engine, execute=True)
-        run = get_run(run_id)
+        run = get_run(run_id, follow=True)
         remaining = deadline - time.monotonic()
         if run.is_terminal or remaining <= 0:
             return run

@@ -92,6 +92,8 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=None)
 
 DURABLE = {
     "TRANSPORT": env("DURABLE_TRANSPORT", default=None),
+    # Lost-dispatch self-heal for dispatched steps (e.g. "30s"); off unless set.
+    "STEP_LEASE": env("DURABLE_STEP_LEASE", default=None),
 }
 
 # REST API (durable_dashboard, mounted at /api/durable/). Token or session authentication;

@@ -612,3 +612,23 @@ def test_worker_command_runs_one_pass(capsys):
 
 def test_migrations_are_in_sync():
     call_command("makemigrations", "durable", "--check", "--dry-run", verbosity=0)
+
+
+@durable.workflow(name="e_nondet_swallowed")
+def e_nondet_swallowed(ctx):
+    try:
+        ctx.local_step(flags.get("first", "a"), lambda: 1)
+    except Exception:
+        return "swallowed"
+    ctx.sleep("1m")
+    return "ok"
+
+
+def test_nondeterminism_cannot_be_swallowed_by_user_code():
+    with fake_clock() as fc:
+        run_id = durable.start(e_nondet_swallowed)
+        run_until_settled(run_id)
+        flags["first"] = "b"
+        fc.advance("1m")
+        run = run_until_settled(run_id)
+    assert run.status == "failed" and run.error["code"] == "non_determinism"

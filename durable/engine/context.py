@@ -18,93 +18,33 @@ from __future__ import annotations
 import uuid as uuid_module
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from durable.engine import clock
+from durable.engine.composition import CompositionOps
+from durable.engine.context_base import COMPLETED, FAILED, PENDING, ContextBase
 from durable.engine.durations import Duration, parse_duration
 from durable.engine.ports import CheckpointRecord, CheckpointWrite
 from durable.engine.registry import resolve_step
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
+from durable.engine.sagas import Compensation
 from durable.engine.serialization import error_record, to_json
-from durable.exceptions import (
-    Blocked,
-    InvalidInput,
-    NonDeterminismError,
-    SignalTimeout,
-    StepFailed,
-    Suspend,
-)
-
-if TYPE_CHECKING:
-    from durable.engine.turn import Turn
-
-PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed"
+from durable.exceptions import InvalidInput, StepFailed
 
 
-class WorkflowContext:
+def _call_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The JSON record of a call's arguments, or None when they are not JSON."""
+    try:
+        return to_json({"args": list(args), "kwargs": kwargs})
+    except InvalidInput:
+        return None
+
+
+class WorkflowContext(CompositionOps, ContextBase):
     """Passed as the first argument of every workflow function.
 
     Not thread-safe and only valid during the turn that created it.
     """
-
-    def __init__(self, turn: Turn) -> None:
-        self._turn = turn
-        self._seq = 0
-
-    # -- identity ----------------------------------------------------------
-    @property
-    def run_id(self) -> str:
-        return self._turn.run.id
-
-    @property
-    def workflow(self) -> str:
-        return self._turn.run.workflow
-
-    @property
-    def version(self) -> int:
-        return self._turn.run.version
-
-    @property
-    def namespace(self) -> str:
-        return self._turn.run.namespace
-
-    @property
-    def input(self) -> Any:
-        return self._turn.run.input
-
-    @property
-    def is_replaying(self) -> bool:
-        """True while the current position was already recorded by an earlier turn."""
-        return (self._seq + 1) in self._turn.checkpoints
-
-    # -- plumbing ----------------------------------------------------------
-    def _next(self, name: str, kind: str) -> tuple[int, CheckpointRecord | None]:
-        turn = self._turn
-        if turn.suspended:
-            # User code caught Suspend with a bare except; do not let it go on.
-            raise Suspend()
-        turn.check_lease()
-        self._seq += 1
-        seq = self._seq
-        cp = turn.checkpoints.get(seq)
-        if cp is not None and (cp.name != name or cp.kind != kind):
-            raise NonDeterminismError(
-                f"run {self.run_id!r} position {seq}: the code asked for {kind} {name!r} "
-                f"but the history recorded {cp.kind} {cp.name!r}. The workflow changed under "
-                "a run in flight; guard the change with ctx.patched(...) or start a new version."
-            )
-        return seq, cp
-
-    def _suspend(self, wake_at: datetime | None = None, *, event: bool = False) -> Suspend:
-        self._turn.suspend(wake_at=wake_at, event=event)
-        return Suspend()
-
-    def _record(self, seq: int, name: str, kind: str, output: Any) -> None:
-        now = clock.now()
-        rec = CheckpointRecord(
-            seq=seq, name=name, kind=kind, status=COMPLETED, output=output, started_at=now, finished_at=now
-        )
-        self._turn.defer(CheckpointWrite(rec, create=True))
 
     # -- recorded values ---------------------------------------------------
     def now(self) -> datetime:
@@ -147,6 +87,7 @@ class WorkflowContext:
         *args: Any,
         retries: int = 0,
         backoff: BackoffSpec = None,
+        compensate: Callable[[Any, Any], Any] | None = None,
         **kwargs: Any,
     ) -> Any:
         """Run ``fn(*args, **kwargs)`` in this process, once, and record its JSON result.
@@ -156,18 +97,23 @@ class WorkflowContext:
         stops at once. When retries are spent the workflow gets
         :class:`~durable.StepFailed` here. The result is committed (one commit)
         before the next operation; a crash between the call and the commit runs
-        it again (at-least-once; dedupe on ``ctx.step_id``-style keys if needed).
+        it again (at-least-once). ``compensate(input, output)`` undoes it if the
+        run later fails (a saga); ``input`` is ``{"args": [...], "kwargs": {...}}``.
         """
         if not isinstance(name, str) or not name:
             raise InvalidInput("local_step needs a non-empty name")
         if not callable(fn):
             raise InvalidInput(f"local_step {name!r}: {fn!r} is not callable")
+        if compensate is not None and not callable(compensate):
+            raise InvalidInput(f"local_step {name!r}: compensate must be callable")
         retries = check_retries(retries)
         policy = make_backoff(backoff)
         seq, cp = self._next(name, "local")
+        call_input = _call_input(args, kwargs)
         attempts = 0
         if cp is not None:
             if cp.status == COMPLETED:
+                self._remember_undo(seq, name, compensate, call_input, cp.output)
                 return cp.output
             if cp.status == FAILED:
                 raise StepFailed(name, seq, cp.error or {}, cp.attempts)
@@ -190,6 +136,7 @@ class WorkflowContext:
                     name=name,
                     kind="local",
                     status=PENDING,
+                    input=call_input,
                     error=err,
                     attempts=attempt,
                     wake_at=retry_at,
@@ -203,6 +150,7 @@ class WorkflowContext:
                 name=name,
                 kind="local",
                 status=FAILED,
+                input=call_input,
                 error=err,
                 attempts=attempt,
                 started_at=started,
@@ -216,6 +164,7 @@ class WorkflowContext:
             name=name,
             kind="local",
             status=COMPLETED,
+            input=call_input,
             output=value,
             attempts=attempt,
             started_at=started,
@@ -223,56 +172,36 @@ class WorkflowContext:
         )
         turn.defer(CheckpointWrite(rec, create=cp is None, expect=(PENDING,)))
         turn.flush()
+        self._remember_undo(seq, name, compensate, call_input, value)
         return value
 
-    def step(self, step: Any, *args: Any, **kwargs: Any) -> Any:
+    def step(self, step: Any, *args: Any, compensate: Any = None, **kwargs: Any) -> Any:
         """Dispatch a registered step to a worker and return its result.
 
         The first time, a ``pending`` checkpoint is written and the step is
         dispatched after that commit; the run suspends. When the result lands,
         any worker resumes the run and this call returns the recorded output (or
         raises :class:`~durable.StepFailed`). Arguments must be JSON.
+        ``compensate`` (a step or a function of ``(input, output)``; default:
+        the step's own ``compensate=``) undoes it if the run later fails.
+        ``compensate`` is therefore a reserved keyword for step arguments.
         """
         sd = resolve_step(step)
+        undo = compensate if compensate is not None else sd.compensate
         seq, cp = self._next(sd.name, "step")
         if cp is not None:
             if cp.status == COMPLETED:
+                self._remember_undo(seq, sd.name, undo, cp.input, cp.output)
                 return cp.output
             if cp.status == FAILED:
                 raise StepFailed(sd.name, seq, cp.error or {}, cp.attempts)
             raise self._suspend(event=True)
-        payload = to_json({"args": list(args), "kwargs": kwargs}, f"arguments of step {sd.name!r}")
-        # Checked before the pending write: a step nobody can run parks the run.
-        if not self._turn.engine.fleet.can_serve(sd.name, sd.route):
-            raise Blocked(
-                {
-                    "message": f"no live worker serves step {sd.name!r} on queue {sd.route or 'default'!r}",
-                    "code": "no_capable_worker",
-                    "retryable": True,
-                    "type": "Blocked",
-                    "traceback": None,
-                    "step": sd.name,
-                    "queue": sd.route,
-                }
-            )
-        now = clock.now()
-        step_lease = self._turn.engine.settings.step_lease
-        rec = CheckpointRecord(
-            seq=seq,
-            name=sd.name,
-            kind="step",
-            status=PENDING,
-            input=payload,
-            queue=sd.route,
-            enqueued_at=now,
-            # With lost-dispatch self-heal on, a sweep re-dispatches the step if no
-            # worker has taken it by then.
-            wake_at=now + timedelta(seconds=step_lease) if step_lease else None,
-        )
-        turn = self._turn
-        turn.defer(CheckpointWrite(rec, create=True))
-        turn.after_commit(lambda: turn.engine.transport.dispatch_step(self.run_id, seq, sd.route))
+        self._dispatch_step(seq, sd, args, kwargs)
         raise self._suspend(event=True)
+
+    def _remember_undo(self, seq: int, name: str, undo: Any, call_input: Any, output: Any) -> None:
+        if undo is not None:
+            self._turn.compensations.append(Compensation(seq, name, undo, call_input, output))
 
     # -- timers ------------------------------------------------------------
     def sleep(self, duration: Duration) -> None:
@@ -313,39 +242,6 @@ class WorkflowContext:
         wait. With ``timeout``, raises :class:`~durable.SignalTimeout` when it
         expires first.
         """
-        if not isinstance(name, str) or not name:
-            raise InvalidInput("wait_signal needs a non-empty signal name")
-        seq, cp = self._next(name, "signal")
-        if cp is not None and cp.status == COMPLETED:
-            return cp.output
-        if cp is not None and cp.status == FAILED:
-            raise SignalTimeout(name, seq)
-        turn = self._turn
-        now = clock.now()
-        got = turn.take_signal(name)
-        if got is not None:
-            signal_id, payload = got
-            rec = CheckpointRecord(seq=seq, name=name, kind="signal", status=COMPLETED, output=payload, finished_at=now)
-            turn.defer(CheckpointWrite(rec, create=cp is None, expect=(PENDING,)))
-            turn.writes.consumed_signals.append(signal_id)
-            return payload
-        deadline = cp.wake_at if cp is not None else None
-        if cp is None and timeout is not None:
-            deadline = now + parse_duration(timeout)
-        if deadline is not None and deadline <= now:
-            rec = CheckpointRecord(
-                seq=seq,
-                name=name,
-                kind="signal",
-                status=FAILED,
-                wake_at=deadline,
-                finished_at=now,
-                error=error_record(SignalTimeout(name, seq), code="signal_timeout", retryable=False),
-            )
-            turn.defer(CheckpointWrite(rec, create=cp is None, expect=(PENDING,)))
-            raise SignalTimeout(name, seq)
-        if cp is None:
-            rec = CheckpointRecord(seq=seq, name=name, kind="signal", status=PENDING, wake_at=deadline, started_at=now)
-            turn.defer(CheckpointWrite(rec, create=True))
-        turn.waiters.append((name, seq))
-        raise self._suspend(deadline, event=True)
+        if not isinstance(name, str) or not name or name.startswith("__"):
+            raise InvalidInput("wait_signal needs a non-empty signal name not starting with '__'")
+        return self._wait_buffered(name, name, "signal", timeout)

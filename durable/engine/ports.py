@@ -32,6 +32,10 @@ class RunRecord:
     priority: int
     parent_id: str | None
     retry_of: str | None
+    continued_to: str | None
+    query_values: dict[str, Any]
+    patches: list[str]
+    cancel_requested: bool
     deadline_at: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -68,25 +72,50 @@ class CheckpointWrite:
 
 
 @dataclass
+class Waiter:
+    """The run waits on ``token`` at position ``seq`` (see SignalWaiter)."""
+
+    token: str
+    seq: int
+    match: dict[str, Any] | None = None
+
+
+@dataclass
 class Outcome:
-    """How a turn ends. ``status`` is suspended, completed or failed."""
+    """How a turn ends: suspended, blocked, completed, failed or cancelled.
+
+    ``next_run`` (continue-as-new) is inserted in the same transaction, before
+    this run completes.
+    """
 
     status: str
     output: Any = None
     error: dict[str, Any] | None = None
     wake_at: datetime | None = None
-    waiters: list[tuple[str, int]] = field(default_factory=list)
+    waiters: list[Waiter] = field(default_factory=list)
+    next_run: dict[str, Any] | None = None
+    # Waiter tokens to wake once a terminal outcome commits (this run, the run it retries).
+    notify: list[str] = field(default_factory=list)
+    # Filled in by the store: runs woken by this commit, to dispatch.
+    woken: list[str] = field(default_factory=list)
 
 
 @dataclass
 class TurnWrites:
-    """Everything a turn wants to commit in one transaction."""
+    """Everything a turn wants to commit in one transaction.
+
+    ``run_fields`` are columns of the run itself (search attributes, query
+    values, patches), written by the lease holder only.
+    """
 
     checkpoints: list[CheckpointWrite] = field(default_factory=list)
     consumed_signals: list[int] = field(default_factory=list)
+    new_runs: list[dict[str, Any]] = field(default_factory=list)
+    run_fields: dict[str, Any] = field(default_factory=dict)
+    cancel_runs: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
-        return bool(self.checkpoints or self.consumed_signals)
+        return bool(self.checkpoints or self.consumed_signals or self.new_runs or self.run_fields or self.cancel_runs)
 
 
 @dataclass
@@ -107,8 +136,8 @@ class Store(Protocol):
     def create_run(self, fields: dict[str, Any]) -> tuple[RunRecord, bool]: ...
     def get_run(self, run_id: str) -> RunRecord | None: ...
     def signal(self, run_id: str, name: str, payload: Any, now: datetime) -> bool: ...
-    def cancel(self, run_id: str, now: datetime) -> bool: ...
-    def requeue(self, run_id: str, now: datetime, deadline_at: datetime | None) -> None: ...
+    def cancel(self, run_id: str, now: datetime, compensate: bool = False) -> tuple[bool, list[str]]: ...
+    def requeue(self, run_id: str, now: datetime, deadline_at: datetime | None) -> list[str]: ...
     def pending_steps(self, run_id: str, now: datetime, new_wake: datetime) -> list[tuple[int, str | None]]: ...
     def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None: ...
     def load_checkpoints(self, run_id: str) -> dict[int, CheckpointRecord]: ...
@@ -164,6 +193,20 @@ class Store(Protocol):
     def redispatch_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool: ...
     def blocked_runs(self, limit: int) -> list[dict[str, Any]]: ...
     def next_due(self) -> datetime | None: ...
+    def notify_settled(self, run_id: str, now: datetime) -> list[str]: ...
+    def resolve_run(self, run_id: str) -> RunRecord | None: ...
+    def take_event(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        seq: int,
+        name: str,
+        match: dict[str, Any] | None,
+        create: bool,
+    ) -> tuple[Any] | None: ...
+    def atomic(self) -> Any: ...
 
 
 class Transport(Protocol):

@@ -51,6 +51,8 @@ class WorkflowDef:
     timeout: float | None = None
     validate: Callable[[Any], Any] | None = None
     takes_input: bool = True
+    on_event: tuple[str, ...] = ()
+    updates: dict[str, Callable[[Any], Any] | None] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[str, int]:
@@ -65,6 +67,7 @@ class StepDef:
     retries: int = 0
     backoff: Backoff = field(default_factory=Backoff)
     timeout: float | None = None
+    compensate: Any = None
 
     @property
     def route(self) -> str | None:
@@ -112,6 +115,12 @@ class Registry:
     def workflows(self) -> list[WorkflowDef]:
         with self._lock:
             return [wf for versions in self._workflows.values() for wf in versions.values()]
+
+    def subscribers(self, event: str) -> list[WorkflowDef]:
+        """The newest version of every workflow started by ``event`` (``on_event=[...]``)."""
+        with self._lock:
+            latest = [versions[max(versions)] for versions in self._workflows.values() if versions]
+        return [wf for wf in latest if event in wf.on_event]
 
     # -- steps -------------------------------------------------------------
     def add_step(self, step: StepDef) -> None:
@@ -171,6 +180,8 @@ def workflow(
     tags: list[str] | tuple[str, ...] = (),
     timeout: Duration | None = None,
     validate: Callable[[Any], Any] | None = None,
+    on_event: list[str] | tuple[str, ...] = (),
+    updates: dict[str, Callable[[Any], Any] | None] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -183,6 +194,8 @@ def workflow(
     tags: list[str] | tuple[str, ...] = (),
     timeout: Duration | None = None,
     validate: Callable[[Any], Any] | None = None,
+    on_event: list[str] | tuple[str, ...] = (),
+    updates: dict[str, Callable[[Any], Any] | None] | None = None,
 ) -> Any:
     """Register a workflow function ``fn(ctx, input)`` (or ``fn(ctx)``).
 
@@ -190,6 +203,9 @@ def workflow(
     (new runs take the highest); ``tags`` are copied onto every run; ``timeout``
     bounds the run's whole execution; ``validate(input)`` runs in the caller of
     :func:`durable.start` and may return a cleaned input or raise to refuse it.
+    ``on_event`` lists named events that each start a run (input: the payload).
+    ``updates`` maps update names the workflow accepts (``ctx.wait_update``) to a
+    validator run in the caller of :func:`durable.update` (None: accept as is).
     The function is returned unchanged.
     """
 
@@ -198,6 +214,13 @@ def workflow(
             raise ConfigurationError(f"workflow version must be a positive integer, got {version!r}")
         if isinstance(tags, str) or not all(isinstance(t, str) for t in tags):
             raise ConfigurationError("workflow tags must be a list of strings")
+        if isinstance(on_event, str) or not all(isinstance(e, str) and e for e in on_event):
+            raise ConfigurationError("on_event must be a list of event names")
+        if updates is not None and (
+            not isinstance(updates, dict)
+            or not all(isinstance(k, str) and k and (v is None or callable(v)) for k, v in updates.items())
+        ):
+            raise ConfigurationError("updates must map update names to a validator (or None)")
         wf = WorkflowDef(
             name=_check_name(name or func.__name__, "workflow"),
             version=version,
@@ -206,6 +229,8 @@ def workflow(
             timeout=_opt_seconds(timeout, "workflow timeout"),
             validate=validate,
             takes_input=_takes_input(func),
+            on_event=tuple(on_event),
+            updates=dict(updates or {}),
         )
         registry.add_workflow(wf)
         func.__durable_workflow__ = wf  # type: ignore[attr-defined]
@@ -224,6 +249,7 @@ def step(
     retries: int = 0,
     backoff: BackoffSpec = None,
     timeout: Duration | None = None,
+    compensate: Any = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -236,13 +262,16 @@ def step(
     retries: int = 0,
     backoff: BackoffSpec = None,
     timeout: Duration | None = None,
+    compensate: Any = None,
 ) -> Any:
     """Register a step: a plain function a workflow runs with ``ctx.step(fn, *args)``.
 
     Its arguments and return value must be JSON. ``queue`` routes it to workers
     serving that queue (default: the transport's default queue);
     ``retries`` and ``backoff`` set the retry policy; ``timeout`` bounds one
-    attempt. The function is returned unchanged and can still be called directly.
+    attempt; ``compensate`` (a step, or a function of ``(input, output)``) undoes
+    it when a run fails after it completed. The function is returned unchanged
+    and can still be called directly.
     """
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -256,7 +285,10 @@ def step(
             retries=check_retries(retries),
             backoff=make_backoff(backoff),
             timeout=_opt_seconds(timeout, "step timeout"),
+            compensate=compensate,
         )
+        if compensate is not None and not callable(compensate):
+            raise ConfigurationError(f"step {step_name!r}: compensate must be a step or a function")
         registry.add_step(sd)
         func.__durable_step__ = sd  # type: ignore[attr-defined]
         return func

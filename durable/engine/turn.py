@@ -20,11 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 from durable.engine import clock
 from durable.engine.context import WorkflowContext
-from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, RunRecord, TurnWrites
+from durable.engine.context_base import RUN_TOKEN
+from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, RunRecord, TurnWrites, Waiter
 from durable.engine.registry import registry
+from durable.engine.runs import clean_input, run_fields
+from durable.engine.sagas import Compensation, run_compensations
 from durable.engine.serialization import error_record, to_json
 from durable.exceptions import (
     Blocked,
+    CancelRequested,
+    ContinueAsNew,
+    DurableError,
     EngineFault,
     InvalidInput,
     LeaseLost,
@@ -51,8 +57,14 @@ class Turn:
         self.run = run
         self.checkpoints = checkpoints
         self.writes = TurnWrites()
-        self.waiters: list[tuple[str, int]] = []
+        self.waiters: list[Waiter] = []
         self.suspended = False
+        self.compensations: list[Compensation] = []
+        self.compensating = False
+        # cancel(compensate=True) reached this run: stop at the first new operation.
+        self.cancel_pending = run.cancel_requested
+        self.max_recorded_seq = max(checkpoints, default=0)
+        self.nondeterminism: NonDeterminismError | None = None
         self._wakes: list[datetime] = []
         self._event_wait = False
         self._after_commit: list[Callable[[], None]] = []
@@ -109,6 +121,30 @@ class Turn:
         if got is not None:
             self._taken_signals.append(got[0])
         return got
+
+    def take_event(
+        self, seq: int, name: str, match: dict[str, Any] | None, deadline: datetime | None, *, create: bool
+    ) -> tuple[Any] | None:
+        """Take the oldest buffered event matching ``match`` and record it at ``seq``, in one commit."""
+        self.flush()
+        now = clock.now()
+        got: tuple[Any] | None = self._guard(
+            lambda: self.engine.store.take_event(
+                self.run.id, self.engine.owner, now, self.lease_until(now), seq, name, match, create
+            )
+        )
+        if got is None:
+            return None
+        self.checkpoints[seq] = CheckpointRecord(seq=seq, name=name, kind="event", status="completed", output=got[0])
+        return got
+
+    def resolve_run(self, run_id: str) -> RunRecord | None:
+        """The run that settles ``run_id``: the end of its continue-as-new chain, or a successful retry."""
+        found: RunRecord | None = self._guard(lambda: self.engine.store.resolve_run(run_id))
+        return found
+
+    def wait_on(self, token: str, seq: int, match: dict[str, Any] | None = None) -> None:
+        self.waiters.append(Waiter(token, seq, match))
 
     @staticmethod
     def _guard(fn: Callable[[], Any]) -> Any:
@@ -189,6 +225,7 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
             hold.release()
 
     done = clock.now()
+    outcome.notify = [RUN_TOKEN + run.id] + ([RUN_TOKEN + run.retry_of] if run.retry_of else [])
     try:
         ok = store.commit(run.id, owner, done, turn.lease_until(done), turn.writes, outcome)
     except Exception as exc:  # noqa: BLE001 - the commit failed; give the run back
@@ -196,6 +233,11 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
     if not ok:
         return "lost"
     turn.run_after_commit()
+    for woken in outcome.woken:
+        try:
+            engine.transport.dispatch_turn(woken)
+        except Exception:
+            logger.warning("could not dispatch woken run %s", woken, exc_info=True)
     if outcome.status == "suspended" and outcome.wake_at is not None:
         delay = (outcome.wake_at - done).total_seconds()
         try:
@@ -210,10 +252,30 @@ def _execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
     ctx = WorkflowContext(turn)
     run = turn.run
     try:
-        result = fn(ctx, run.input) if takes_input else fn(ctx)
-        if turn.suspended:
-            # The workflow swallowed a Suspend with a bare except; it is still waiting.
-            raise Suspend()
+        try:
+            result = fn(ctx, run.input) if takes_input else fn(ctx)
+            if turn.nondeterminism is not None:
+                raise turn.nondeterminism
+            if turn.suspended:
+                # The workflow swallowed a Suspend with a bare except; it is still waiting.
+                raise Suspend()
+        except CancelRequested:
+            return _cancel(turn, ctx)
+        except ContinueAsNew as cont:
+            return _continue_as_new(turn, cont.input)
+        except (Suspend, Blocked, LeaseLost, EngineFault):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any user error fails the run
+            turn.check_lease()
+            if turn.nondeterminism is not None:
+                return Outcome("failed", error=_failure(turn.nondeterminism))
+            if turn.cancel_pending:
+                # Replaying a run being cancelled: the cancelled operation raised here.
+                return _cancel(turn, ctx)
+            error = _failure(exc)
+            if turn.compensations:
+                error["compensation"] = _compensate(ctx)
+            return Outcome("failed", error=error)
         try:
             output = to_json(result, "workflow result", max_bytes=turn.engine.settings.max_payload_bytes)
         except InvalidInput as exc:
@@ -224,11 +286,76 @@ def _execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
         return Outcome("suspended", wake_at=turn.next_wake(now), waiters=turn.waiters)
     except Blocked as blocked:
         return Outcome("blocked", error=blocked.reason)
-    except (LeaseLost, EngineFault):
+
+
+def _cancel(turn: Turn, ctx: WorkflowContext) -> Outcome:
+    """cancel(compensate=True): stop what is in flight, undo what completed, end cancelled."""
+    stopped_at = ctx._seq
+    for seq, cp in list(turn.checkpoints.items()):
+        # What was in flight where the workflow stopped; the undo steps come after it.
+        if seq <= stopped_at and cp.status in ("pending", "running"):
+            rec = CheckpointRecord(
+                seq=seq,
+                name=cp.name,
+                kind=cp.kind,
+                status="failed",
+                finished_at=clock.now(),
+                error={
+                    "message": "cancelled",
+                    "code": "cancelled",
+                    "retryable": False,
+                    "type": "Cancelled",
+                    "traceback": None,
+                },
+            )
+            turn.defer(CheckpointWrite(rec, create=False, expect=("pending", "running")))
+    turn.waiters.clear()
+    report = _compensate(ctx)
+    return Outcome(
+        "cancelled",
+        error={
+            "message": "cancelled, completed steps undone",
+            "code": "cancelled",
+            "retryable": False,
+            "type": "Cancelled",
+            "traceback": None,
+            "compensation": report,
+        },
+    )
+
+
+def _compensate(ctx: WorkflowContext) -> list[dict[str, Any]]:
+    try:
+        return run_compensations(ctx)
+    except (Suspend, LeaseLost, EngineFault):
         raise
-    except Exception as exc:  # noqa: BLE001 - any user error fails the run
-        turn.check_lease()
-        return Outcome("failed", error=_failure(exc))
+    except Exception as exc:  # noqa: BLE001 - e.g. the code changed under the undo history
+        return [{"status": "error", "error": error_record(exc, retryable=False)}]
+
+
+def _continue_as_new(turn: Turn, value: Any) -> Outcome:
+    """Build the next run of the chain; it is inserted in the same commit that completes this one."""
+    run = turn.run
+    base, _, counter = run.id.rpartition("~")
+    next_id = f"{base}~{int(counter) + 1}" if base and counter.isdigit() else f"{run.id}~1"
+    try:
+        wf = registry.get_workflow(run.workflow)
+        cleaned = clean_input(wf, value, turn.engine.settings.max_payload_bytes)
+    except DurableError as exc:
+        return Outcome("failed", error=error_record(exc, code="continue_as_new_failed", retryable=False))
+    fields = run_fields(
+        wf,
+        next_id,
+        cleaned,
+        now=clock.now(),
+        namespace=run.namespace,
+        tags=list(run.tags),
+        search_attributes=dict(run.search_attributes),
+        priority=run.priority,
+        parent_id=run.parent_id,
+    )
+    turn.after_commit(lambda: turn.engine.transport.dispatch_turn(next_id))
+    return Outcome("completed", output={"continued_as": next_id}, next_run=fields)
 
 
 def _abandon(engine: Engine, run_id: str, exc: BaseException) -> str:

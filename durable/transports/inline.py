@@ -47,7 +47,12 @@ class InlineTransport:
         if self._closed:
             return
         if delay <= 0:
-            self._pool.submit(self._run, job)
+            try:
+                self._pool.submit(self._run, job)
+            except RuntimeError:
+                # The interpreter is exiting (a management command ends): the work is in the
+                # database and the next worker loop picks it up.
+                logger.debug("in-process pool closed; leaving the job to the worker loop")
         elif delay <= MAX_SCHEDULED_DELAY:
             with self._cond:
                 heapq.heappush(self._heap, (time.monotonic() + delay, next(self._ids), job))
