@@ -41,6 +41,16 @@ from durable_dashboard.permissions import allowed_namespaces, can, visible_runs
 
 #: Admin actions on runs, in menu order.
 ADMIN_ACTIONS = ("requeue", "redispatch", "cancel", "cancel_compensate", "retry", "signal", "republish")
+#: Statuses in which the detail page offers an action (bulk actions and the API report refusals instead).
+OFFERED_WHEN = {
+    "requeue": ("failed", "dead"),
+    "retry": ("failed", "dead"),
+    "redispatch": ACTIVE,
+    "cancel": ACTIVE,
+    "cancel_compensate": ACTIVE,
+    "signal": ACTIVE,
+    "republish": ("completed", "failed", "cancelled", "dead"),
+}
 LIST_FIELDS = ("id", "workflow", "version", "status", "namespace", "tags", "created_at", "started_at", "finished_at")
 
 
@@ -180,7 +190,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         error = run.error if isinstance(run.error, dict) else None
         actions = []
         for action in ADMIN_ACTIONS:
-            if can(request.user, action):
+            if run.status in OFFERED_WHEN[action] and can(request.user, action):
                 form_class = form_for(action)
                 initial = {"input": run.input} if action == "retry" else {}
                 actions.append(
@@ -192,8 +202,8 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "is_active": run.status in ACTIVE,
             "input_json": timeline.pretty(run.input),
             "output_json": timeline.pretty(run.output),
-            "error_json": timeline.pretty({k: v for k, v in error.items() if k != "traceback"}) if error else None,
-            "traceback": error.get("traceback") if error else None,
+            "error_json": timeline.pretty(timeline.without_tracebacks(error)) if error else None,
+            "tracebacks": timeline.tracebacks(error) if error else [],
             "search_attributes_json": timeline.pretty(run.search_attributes),
             "checkpoints": [(cp, timeline.pretty(cp.output), timeline.pretty(cp.error)) for cp in checkpoints],
             "timeline": timeline.build_timeline(run, checkpoints, now),

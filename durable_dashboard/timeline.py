@@ -23,6 +23,30 @@ def pretty(value: Any) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
+def without_tracebacks(value: Any) -> Any:
+    """``value`` with every ``traceback`` key removed (they are shown apart, as text)."""
+    if isinstance(value, dict):
+        return {k: without_tracebacks(v) for k, v in value.items() if k != "traceback"}
+    if isinstance(value, list):
+        return [without_tracebacks(v) for v in value]
+    return value
+
+
+def tracebacks(value: Any, path: str = "error") -> list[tuple[str, str]]:
+    """Every ``traceback`` string in an error record, outermost first, with where it was found."""
+    found: list[tuple[str, str]] = []
+    if isinstance(value, dict):
+        if isinstance(value.get("traceback"), str):
+            found.append((path, value["traceback"]))
+        for key, item in value.items():
+            if key != "traceback":
+                found += tracebacks(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            found += tracebacks(item, f"{path}[{i}]")
+    return found
+
+
 def human(delta: timedelta | None) -> str:
     """``1.234s``, ``12m 3s``, ``2d 4h``."""
     if delta is None:

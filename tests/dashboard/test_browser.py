@@ -1,0 +1,113 @@
+"""Browser test: an operator logs into the admin, filters runs, opens a timeline, requeues and cancels.
+
+Drives Debian's ``chromium`` (installed by ``.ci/run``) through Playwright;
+nothing is downloaded at run time. Screenshots go to ``test-output/``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.contrib.auth.models import User
+
+import durable
+from durable.models import Run
+from durable.testing import run_until_settled
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+OUTPUT = Path(__file__).resolve().parents[2] / "test-output"
+
+
+@pytest.fixture
+def browser_page(monkeypatch):
+    if not shutil.which(CHROMIUM):
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs it with apt-get install -y chromium")
+        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
+    # Playwright's sync API runs an event loop in this thread; the ORM calls of the test itself are safe.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(15_000)
+        try:
+            yield page
+        finally:
+            browser.close()
+
+
+def test_operator_filters_inspects_requeues_and_cancels(transactional_db, live_server, browser_page):
+    User.objects.create_superuser("ops", "ops@example.com", "ops-password")
+    failed = durable.start("dash_fail", {"n": 1}, run_id="browser-failed")
+    run_until_settled(failed)
+    waiting = durable.start("dash_wait", {"n": 2}, run_id="browser-waiting")
+    run_until_settled(waiting)
+    durable.start("dash_sleep", run_id="browser-sleeping")
+    assert Run.objects.get(id=failed).status == "failed"
+
+    page = browser_page
+    OUTPUT.mkdir(exist_ok=True)
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/durable/run/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "ops-password")
+    page.click("input[type=submit]")
+
+    # the run list, then filtered by status
+    page.wait_for_selector("#result_list")
+    assert page.locator("#result_list tbody tr").count() == 3
+    page.click("details[data-filter-title='status'] a:text-is('Failed')")
+    page.wait_for_url("**status=failed**")
+    rows = page.locator("#result_list tbody tr")
+    assert rows.count() == 1 and "browser-failed" in rows.first.inner_text()
+    # and by the typed-in tag filter: dash_wait's runs carry the tag "dash"
+    page.goto(f"{live_server.url}/admin/durable/run/")
+    page.fill("details[data-filter-title='tag'] input[name=tag]", "dash")
+    page.press("details[data-filter-title='tag'] input[name=tag]", "Enter")
+    page.wait_for_url("**tag=dash**")
+    assert page.locator("#result_list tbody tr").count() == 1
+    assert "browser-waiting" in page.locator("#result_list tbody").inner_text()
+
+    # the failed run's timeline
+    page.goto(f"{live_server.url}/admin/durable/run/?status=failed")
+    page.click("#result_list a:text-is('browser-failed')")
+    page.wait_for_selector("#durable-timeline")
+    assert page.locator("#durable-timeline .durable-tl-row").count() >= 1
+    assert page.locator("#durable-timeline .durable-seg").count() >= 1
+    assert "card declined" in page.locator("#durable-error").inner_text()
+    page.screenshot(path=str(OUTPUT / "dashboard-run-timeline.png"), full_page=True)
+
+    # requeue it
+    page.click("button[data-action='requeue']")
+    page.wait_for_selector(".messagelist .success")
+    assert "Requeue: done for 1 run(s)" in page.locator(".messagelist").inner_text()
+    assert Run.objects.get(id=failed).status == "pending"
+
+    # cancel the waiting run
+    page.goto(f"{live_server.url}/admin/durable/run/{quote(waiting)}/change/")
+    assert "signal" in page.locator("#durable-waiting").inner_text()
+    page.click("button[data-action='cancel']")
+    page.wait_for_selector(".messagelist .success")
+    assert "Cancel: done for 1 run(s)" in page.locator(".messagelist").inner_text()
+    assert Run.objects.get(id=waiting).status == "cancelled"
+
+    # the summary page with its charts
+    page.goto(f"{live_server.url}/admin/durable/run/summary/")
+    page.wait_for_selector("svg.durable-chart rect", state="attached")
+    page.screenshot(path=str(OUTPUT / "dashboard-summary.png"), full_page=True)
+    page.goto(f"{live_server.url}/admin/durable/run/")
+    page.screenshot(path=str(OUTPUT / "dashboard-run-list.png"), full_page=True)
+    assert (OUTPUT / "dashboard-run-timeline.png").stat().st_size > 10_000
