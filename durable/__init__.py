@@ -47,7 +47,15 @@ if TYPE_CHECKING:
         start,
     )
     from durable.listing import RunPage, list_runs
-    from durable.messaging import EventResult, UpdateResult, get_event, publish_event, update, wait_for_run
+    from durable.messaging import (
+        EventResult,
+        UpdateResult,
+        get_event,
+        publish_event,
+        republish,
+        update,
+        wait_for_run,
+    )
 
 __all__ = [
     "Backoff",
@@ -85,6 +93,7 @@ __all__ = [
     "parse_duration",
     "publish_event",
     "redispatch_pending",
+    "republish",
     "requeue",
     "retry_with_input",
     "signal",
@@ -114,6 +123,7 @@ _LAZY = {
     "publish_event": "durable.messaging",
     "update": "durable.messaging",
     "wait_for_run": "durable.messaging",
+    "republish": "durable.messaging",
 }
 
 

@@ -32,6 +32,7 @@ CACHE_SECONDS = 5.0
 
 class Fleet(Protocol):
     def can_serve(self, step: str, queue: str | None) -> bool: ...
+    def subscribers(self, event: str) -> list[str]: ...
 
 
 class AnyFleet:
@@ -40,6 +41,9 @@ class AnyFleet:
     def can_serve(self, step: str, queue: str | None) -> bool:
         return True
 
+    def subscribers(self, event: str) -> list[str]:
+        return []
+
 
 class DbFleet:
     def __init__(self, store: Any, ttl: float, default_queue: str = "durable") -> None:
@@ -47,6 +51,8 @@ class DbFleet:
         self._ttl = ttl
         self._default_queue = default_queue
         self._ok: dict[tuple[str, str], float] = {}
+        self._subs: dict[str, set[str]] = {}
+        self._subs_until = 0.0
 
     def can_serve(self, step: str, queue: str | None) -> bool:
         queue = queue or self._default_queue
@@ -59,6 +65,17 @@ class DbFleet:
                 return True
         return False
 
+    def subscribers(self, event: str) -> list[str]:
+        """Workflows that live workers announce as subscribers of lifecycle ``event``."""
+        if self._subs_until < time.monotonic():
+            subs: dict[str, set[str]] = {}
+            for worker in self._store.live_workers(clock.now()):
+                for name, wfs in (worker["capabilities"] or {}).get("subscriptions", {}).items():
+                    subs.setdefault(name, set()).update(wfs)
+            self._subs = subs
+            self._subs_until = time.monotonic() + CACHE_SECONDS
+        return sorted(self._subs.get(event, ()))
+
 
 def descriptor(worker_id: str, queues: Iterable[str], capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
     return {
@@ -68,9 +85,19 @@ def descriptor(worker_id: str, queues: Iterable[str], capabilities: dict[str, An
         "queues": sorted(set(queues)),
         "steps": sorted(s.name for s in registry.steps()),
         "workflows": sorted(f"{w.name}:{w.version}" for w in registry.workflows()),
-        "capabilities": capabilities or {},
+        "capabilities": {**(capabilities or {}), "subscriptions": _subscriptions()},
         "protocol": PROTOCOL_VERSION,
     }
+
+
+def _subscriptions() -> dict[str, list[str]]:
+    """Lifecycle events (``run.<ending>:<workflow>``) → the workflows here that subscribe."""
+    subs: dict[str, list[str]] = {}
+    for wf in registry.workflows():
+        for event in wf.on_event:
+            if event.startswith("run."):
+                subs.setdefault(event, []).append(wf.name)
+    return subs
 
 
 class Advertiser:

@@ -10,19 +10,19 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 
 from durable import conf
 from durable.api import RunInfo, _check_id, _check_name, _create, _dispatch_after_commit
-from durable.engine import clock
+from durable.engine import clock, lifecycle
 from durable.engine.context_base import UPDATE_TOKEN
 from durable.engine.registry import registry
 from durable.engine.runs import clean_input, run_fields
 from durable.engine.serialization import to_json
 from durable.exceptions import (
-    DurableError,
     EventNotSet,
     InvalidInput,
     InvalidRunState,
@@ -31,6 +31,7 @@ from durable.exceptions import (
     WorkflowNotFound,
 )
 from durable.models import TERMINAL
+from durable.runtime import get_engine
 from durable.store import store
 
 logger = logging.getLogger("durable.events")
@@ -72,6 +73,8 @@ def publish_event(name: str, payload: Any = None, *, id: str | None = None) -> E
     delivers nothing twice. All of it commits in one transaction.
     """
     _check_name(name, "event name")
+    if name.startswith("run."):
+        raise InvalidInput("event names starting with 'run.' are lifecycle events, published by the engine")
     event_id = _check_id(id, "event id") if id is not None else uuid.uuid4().hex
     settings = conf.get()
     payload = to_json(payload, f"payload of event {name!r}", max_bytes=settings.max_payload_bytes)
@@ -191,4 +194,51 @@ def wait_for_run(run_id: str, timeout: float = 30.0) -> RunInfo:
         pause = min(pause * 2, 0.5)
 
 
-__all__ = ["DurableError", "EventResult", "UpdateResult", "get_event", "publish_event", "update", "wait_for_run"]
+def republish(
+    run_id: str | None = None,
+    *,
+    workflow: str | None = None,
+    ending: str | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    subscriber: str | None = None,
+    limit: int = 100,
+) -> dict[str, dict[str, str]]:
+    """Publish settled runs' lifecycle events again, whether or not they are still owed.
+
+    Select one run, or runs by source ``workflow``, ``ending`` ("completed" or
+    "failed"), finish time range, at most ``limit``; optionally only to one
+    ``subscriber``. Subscribers that failed (``where`` raised, input refused,
+    start failed) are tried again; started ones are not started twice (their
+    run ids are deterministic). A subscriber that does not take that ending is
+    reported ``not_subscribed`` and nothing is marked. Returns
+    ``{run_id: {subscriber: outcome}}``.
+    """
+    if run_id is not None:
+        _check_id(run_id)
+    if workflow is not None:
+        _check_name(workflow, "workflow")
+    if subscriber is not None:
+        _check_name(subscriber, "subscriber")
+    if ending not in (None, "completed", "failed"):
+        raise InvalidInput(f"ending must be 'completed' or 'failed', got {ending!r}")
+    for when, what in ((since, "since"), (until, "until")):
+        if when is not None and (not isinstance(when, datetime) or when.tzinfo is None):
+            raise InvalidInput(f"{what} must be a timezone-aware datetime")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 10_000:
+        raise InvalidInput("limit must be an integer between 1 and 10000")
+    if run_id is not None and store.get_run(run_id) is None:
+        raise RunNotFound(f"no run with id {run_id!r}")
+    statuses = {"completed": ["completed"], "failed": ["failed", "dead"], None: ["completed", "failed", "dead"]}[ending]
+    engine = get_engine()
+    report: dict[str, dict[str, str]] = {}
+    for target in store.republish_targets(
+        run_id=run_id, workflow=workflow, statuses=statuses, since=since, until=until, limit=limit
+    ):
+        rec = store.get_run(target)
+        if rec is None:
+            continue
+        end = lifecycle.ending_of(rec.status) or "completed"
+        subs = [subscriber] if subscriber else lifecycle.subscribers_for(engine, rec.workflow, end)
+        report[target] = lifecycle.publish(engine, target, only=subs, republish=True) if subs else {}
+    return report

@@ -89,6 +89,11 @@ class Run(models.Model):
     patches = models.JSONField(default=list, blank=True)
     # durable.cancel(compensate=True) asked this run to undo its steps and stop.
     cancel_requested = models.BooleanField(default=False)
+    # Lifecycle event delivery: {"owed": [...], "started": {sub: run}, "coalesced": {...},
+    # "failed": {sub: reason}, "skipped": [...]}, written with the terminal status. For a
+    # settled run, locked_by/locked_until are the lease of whoever publishes it.
+    lifecycle = models.JSONField(default=dict, blank=True)
+    lifecycle_owed = models.BooleanField(default=False)
     deadline_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock_now)
     updated_at = models.DateTimeField(default=clock_now)
@@ -112,6 +117,14 @@ class Run(models.Model):
                 name="durable_run_deadline",
                 condition=models.Q(deadline_at__isnull=False),
             ),
+            # lifecycle events still owed to subscribers
+            models.Index(
+                fields=["finished_at"],
+                name="durable_run_lifecycle_owed",
+                condition=models.Q(lifecycle_owed=True),
+            ),
+            # heal: runs settled recently, per workflow
+            models.Index(fields=["workflow", "finished_at"], name="durable_run_wf_finished"),
         ]
 
     def __str__(self) -> str:
@@ -224,6 +237,28 @@ class BufferedEvent(models.Model):
 
     def __str__(self) -> str:
         return f"event {self.name!r} ({self.event_id})"
+
+
+class LifecycleBatch(models.Model):
+    """Lifecycle events accumulated for a ``debounce`` or ``batch`` subscriber.
+
+    One open row per subscriber (and key); events are appended under its row
+    lock and the row is deleted in the same transaction that starts the
+    subscriber run, so an event is delivered in exactly one batch.
+    """
+
+    subscriber = models.CharField(max_length=200)
+    key = models.CharField(max_length=255, default="")
+    events = models.JSONField(default=list)
+    source_ids = models.JSONField(default=list)
+    opened_at = models.DateTimeField(default=clock_now)
+    fire_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["subscriber", "key"], name="durable_lifecycle_batch_key")]
+
+    def __str__(self) -> str:
+        return f"{self.subscriber} batch of {len(self.events)}"
 
 
 class WorkerDescriptor(models.Model):

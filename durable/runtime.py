@@ -55,9 +55,15 @@ def get_engine() -> Engine:
         _engine.fleet = _fleet(settings, store)
         if old is not None:
             _engine.listeners = old.listeners
+            _engine.lifecycle_listeners = old.lifecycle_listeners
             shutdown = getattr(old.transport, "shutdown", None)
             if shutdown is not None:
                 shutdown()
+        else:
+            from durable import signals
+
+            _engine.listeners.append(signals.send_status)
+            _engine.lifecycle_listeners.append(signals.send_lifecycle)
         return _engine
 
 

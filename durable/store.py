@@ -38,6 +38,7 @@ from durable.models import (
     BufferedSignal,
     Checkpoint,
     CheckpointStatus,
+    LifecycleBatch,
     Run,
     RunStatus,
     SignalWaiter,
@@ -200,6 +201,9 @@ class DjangoStore:
                         fields.update(wake_at=None, finished_at=now, output=outcome.output, error=outcome.error)
                         if outcome.next_run is not None:
                             fields["continued_to"] = outcome.next_run["id"]
+                        if outcome.lifecycle is not None:
+                            # Whom the lifecycle event is owed to, in the same write as the status.
+                            fields.update(lifecycle=outcome.lifecycle, lifecycle_owed=True)
                 if not Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(**fields):
                     raise _LeaseGone()
                 cancelled = self._apply(run_id, writes, now)
@@ -462,6 +466,141 @@ class DjangoStore:
     def wake(self, run_ids: list[str], now: datetime) -> None:
         if run_ids:
             Run.objects.filter(id__in=run_ids, status=RunStatus.SUSPENDED).update(wake_at=now)
+
+    # -- lifecycle events ------------------------------------------------------
+    def take_lifecycle_lease(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None:
+        """Hold a settled run for publishing its lifecycle event; the run as re-read under the lease."""
+        taken = (
+            Run.objects.filter(id=run_id, status__in=TERMINAL)
+            .filter(Q(locked_until__isnull=True) | Q(locked_until__lt=now))
+            .update(locked_by=owner, locked_until=lease_until)
+        )
+        if not taken:
+            return None
+        row = Run.objects.filter(id=run_id, locked_by=owner).first()
+        return _run_record(row) if row is not None else None
+
+    def release_lifecycle_lease(self, run_id: str, owner: str) -> None:
+        Run.objects.filter(id=run_id, status__in=TERMINAL, locked_by=owner).update(locked_by=None, locked_until=None)
+
+    def finish_lifecycle(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        record: dict[str, Any],
+        new_runs: list[dict[str, Any]],
+        batched: list[tuple[str, Any, str, dict[str, Any]]],
+        make_batch_run: Callable[[str, int, list[Any]], dict[str, Any] | None],
+    ) -> list[str]:
+        """Start subscribers, feed accumulators and record it all on the source run, atomically.
+
+        Only while holding the run's lifecycle lease. Returns the runs created.
+        """
+        with transaction.atomic():
+            if not Run.objects.filter(id=run_id, locked_by=owner).update(
+                lifecycle=record, lifecycle_owed=bool(record.get("owed"))
+            ):
+                raise LeaseLost()
+            created = self._insert_runs(new_runs) if new_runs else []
+            for subscriber, value, source_id, policy in batched:
+                created += self._accumulate(subscriber, value, source_id, policy, now, make_batch_run)
+        return created
+
+    def _accumulate(
+        self,
+        subscriber: str,
+        value: Any,
+        source_id: str,
+        policy: dict[str, Any],
+        now: datetime,
+        make_batch_run: Callable[[str, int, list[Any]], dict[str, Any] | None],
+    ) -> list[str]:
+        row = LifecycleBatch.objects.select_for_update().filter(subscriber=subscriber, key="").first()
+        if row is None:
+            window = policy.get("debounce", policy.get("window", 0))
+            row = LifecycleBatch.objects.create(
+                subscriber=subscriber, opened_at=now, fire_at=now + timedelta(seconds=window)
+            )
+        if source_id in row.source_ids:
+            return []  # this accumulator already holds that run's event
+        row.events = [*row.events, value]
+        row.source_ids = [*row.source_ids, source_id]
+        if "debounce" in policy:
+            row.fire_at = now + timedelta(seconds=policy["debounce"])
+        if "size" in policy and len(row.events) >= policy["size"]:
+            return self._fire(row, make_batch_run)
+        row.save(update_fields=["events", "source_ids", "fire_at"])
+        return []
+
+    def _fire(
+        self, row: LifecycleBatch, make_batch_run: Callable[[str, int, list[Any]], dict[str, Any] | None]
+    ) -> list[str]:
+        fields = make_batch_run(row.subscriber, row.id, list(row.events))
+        if fields is None:
+            return []
+        created = self._insert_runs([fields])
+        LifecycleBatch.objects.filter(id=row.id).delete()
+        return created
+
+    def fire_due_batches(
+        self, now: datetime, limit: int, make_batch_run: Callable[[str, int, list[Any]], dict[str, Any] | None]
+    ) -> list[str]:
+        """Start the subscriber run of every accumulator whose time has come."""
+        created: list[str] = []
+        for batch_id in LifecycleBatch.objects.filter(fire_at__lte=now).values_list("id", flat=True)[:limit]:
+            with transaction.atomic():
+                row = LifecycleBatch.objects.select_for_update(skip_locked=True).filter(id=batch_id).first()
+                if row is not None and row.fire_at <= now:
+                    created += self._fire(row, make_batch_run)
+        return created
+
+    def owed_runs(self, before: datetime, limit: int) -> list[str]:
+        return list(
+            Run.objects.filter(lifecycle_owed=True, finished_at__lte=before)
+            .order_by("finished_at")
+            .values_list("id", flat=True)[:limit]
+        )
+
+    def settled_since(self, workflows: list[str], since: datetime, limit: int) -> list[RunRecord]:
+        rows = Run.objects.filter(
+            workflow__in=workflows,
+            status__in=(RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DEAD),
+            finished_at__gte=since,
+            continued_to__isnull=True,
+        ).order_by("-finished_at")[:limit]
+        return [_run_record(row) for row in rows]
+
+    def mark_owed(self, run_id: str, subscribers: list[str]) -> bool:
+        """Add subscribers to a settled run's owed set (heal); no-op if another publisher holds it."""
+        with transaction.atomic():
+            row = Run.objects.select_for_update().filter(id=run_id).values("lifecycle").first()
+            if row is None:
+                return False
+            record = dict(row["lifecycle"] or {})
+            record["owed"] = sorted(set(record.get("owed", [])) | set(subscribers))
+            return bool(Run.objects.filter(id=run_id).update(lifecycle=record, lifecycle_owed=True))
+
+    def republish_targets(
+        self,
+        *,
+        run_id: str | None,
+        workflow: str | None,
+        statuses: list[str],
+        since: datetime | None,
+        until: datetime | None,
+        limit: int,
+    ) -> list[str]:
+        qs = Run.objects.filter(status__in=statuses, continued_to__isnull=True)
+        if run_id is not None:
+            qs = qs.filter(id=run_id)
+        if workflow is not None:
+            qs = qs.filter(workflow=workflow)
+        if since is not None:
+            qs = qs.filter(finished_at__gte=since)
+        if until is not None:
+            qs = qs.filter(finished_at__lt=until)
+        return list(qs.order_by("finished_at").values_list("id", flat=True)[:limit])
 
     # -- reads ---------------------------------------------------------------
     def list_runs(
@@ -728,7 +867,13 @@ class DjangoStore:
         )
 
     def recover_orphan(
-        self, run_id: str, owner: str, now: datetime, lease_until: datetime, max_attempts: int
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        max_attempts: int,
+        dead_lifecycle: Callable[[str], dict[str, Any] | None] = lambda workflow: None,
     ) -> RunRecord | str | None:
         """Take an expired lease and decide on the run as re-read under it.
 
@@ -754,9 +899,12 @@ class DjangoStore:
                 "type": "Dead",
                 "traceback": None,
             }
+            lifecycle = dead_lifecycle(row.workflow)
             dead = mine.update(
                 status=RunStatus.DEAD,
                 error=error,
+                lifecycle=lifecycle or {},
+                lifecycle_owed=bool(lifecycle),
                 recovery_attempts=attempts,
                 finished_at=now,
                 updated_at=now,
@@ -772,11 +920,15 @@ class DjangoStore:
     def overdue_runs(self, now: datetime, limit: int) -> list[str]:
         return list(Run.objects.filter(deadline_at__lt=now, status__in=ACTIVE).values_list("id", flat=True)[:limit])
 
-    def fail_overdue(self, run_id: str, now: datetime, error: dict[str, Any]) -> bool:
+    def fail_overdue(
+        self, run_id: str, now: datetime, error: dict[str, Any], lifecycle: dict[str, Any] | None = None
+    ) -> bool:
         with transaction.atomic():
             failed = Run.objects.filter(id=run_id, deadline_at__lt=now, status__in=ACTIVE).update(
                 status=RunStatus.FAILED,
                 error=error,
+                lifecycle=lifecycle or {},
+                lifecycle_owed=bool(lifecycle),
                 finished_at=now,
                 updated_at=now,
                 wake_at=None,

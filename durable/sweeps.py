@@ -14,8 +14,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from datetime import timedelta
+from typing import Any
 
-from durable.engine import clock
+from durable.engine import clock, lifecycle
 from durable.engine.core import Engine
 from durable.engine.registry import registry
 from durable.exceptions import StepNotFound, WorkflowNotFound
@@ -43,9 +44,13 @@ def expire_timeouts(engine: Engine, *, should_stop: StopCheck = _never) -> int:
             "type": "Timeout",
             "traceback": None,
         }
-        if engine.store.fail_overdue(run_id, now, error):
+        rec = engine.store.get_run(run_id)
+        owed = lifecycle.owed_record(engine, rec.workflow, "failed") if rec is not None else None
+        if engine.store.fail_overdue(run_id, now, error, owed):
             done += 1
             _notify(engine, run_id)
+            if owed:
+                lifecycle.publish(engine, run_id)
     return done
 
 
@@ -70,13 +75,21 @@ def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCh
             break
         now = clock.now()
         lease_until = now + timedelta(seconds=engine.settings.lease)
-        result = store.recover_orphan(run_id, engine.owner, now, lease_until, engine.settings.max_recovery_attempts)
+        result = store.recover_orphan(
+            run_id,
+            engine.owner,
+            now,
+            lease_until,
+            engine.settings.max_recovery_attempts,
+            lambda workflow: lifecycle.owed_record(engine, workflow, "dead"),
+        )
         if result is None:
             continue
         if isinstance(result, str):
             counts["dead"] += 1
             logger.error("run %s dead-lettered after too many recoveries", run_id)
             _notify(engine, run_id)
+            lifecycle.publish(engine, run_id)
             continue
         counts["recovered"] += 1
         if execute:
@@ -230,6 +243,59 @@ def _turn(engine: Engine, run_id: str, execute: bool) -> None:
         engine.transport.dispatch_turn(run_id)
 
 
+def publish_lifecycle(engine: Engine, *, should_stop: StopCheck = _never) -> dict[str, int]:
+    """Deliver lifecycle events still owed, fire due debounce/batch accumulators, and heal.
+
+    Owed runs are taken after a short grace (the live publish right after the
+    terminal write usually got there first), one page at a time, each under
+    its lifecycle lease. Healing looks at runs settled in the last few minutes
+    for subscribers registered after they settled and marks those owed.
+    """
+    store = engine.store
+    now = clock.now()
+    counts = {"published": 0, "batches": 0, "healed": 0}
+    for run_id in store.owed_runs(now - lifecycle.SWEEP_GRACE, engine.settings.sweep_batch):
+        if should_stop():
+            break
+        report = lifecycle.publish(engine, run_id)
+        counts["published"] += sum(1 for outcome in report.values() if outcome in ("started", "coalesced"))
+    for created in store.fire_due_batches(now, engine.settings.sweep_batch, lifecycle.make_batch_run):
+        counts["batches"] += 1
+        engine.transport.dispatch_turn(created)
+    counts["healed"] = heal_lifecycle(engine, now)
+    return counts
+
+
+def heal_lifecycle(engine: Engine, now: Any = None) -> int:
+    """Mark recently settled runs owed to subscribers they never recorded, then publish them."""
+    now = now or clock.now()
+    sources: dict[str, set[str]] = {}
+    for wf in registry.workflows():
+        for event in wf.on_event:
+            if event.startswith("run.") and ":" in event:
+                sources.setdefault(event.split(":", 1)[1], set()).add(event)
+    if not sources:
+        return 0
+    healed = 0
+    for run in engine.store.settled_since(list(sources), now - lifecycle.HEAL_WINDOW, engine.settings.sweep_batch):
+        ending = lifecycle.ending_of(run.status)
+        if ending is None:
+            continue
+        known = run.lifecycle or {}
+        recorded = (
+            set(known.get("owed", []))
+            | set(known.get("started", {}))
+            | set(known.get("coalesced", {}))
+            | set(known.get("failed", {}))
+            | set(known.get("skipped", []))
+        )
+        missing = [s for s in lifecycle.subscribers_for(engine, run.workflow, ending) if s not in recorded]
+        if missing and engine.store.mark_owed(run.id, missing):
+            lifecycle.publish(engine, run.id)
+            healed += 1
+    return healed
+
+
 def tick(engine: Engine, *, execute: bool = True, should_stop: StopCheck = _never) -> dict[str, int]:
     """One pass of every sweep. Returns counts per sweep."""
     counts = {"timeouts": expire_timeouts(engine, should_stop=should_stop)}
@@ -241,4 +307,5 @@ def tick(engine: Engine, *, execute: bool = True, should_stop: StopCheck = _neve
     else:
         counts.update(redispatch_lost_steps(engine, should_stop=should_stop))
     counts["turns"] = wake_due_runs(engine, execute=execute, should_stop=should_stop)
+    counts.update(publish_lifecycle(engine, should_stop=should_stop))
     return counts

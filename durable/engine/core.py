@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -10,6 +11,8 @@ from typing import Any
 
 from durable.engine.leases import LeaseKeeper
 from durable.engine.ports import RunRecord, Store, Transport
+
+logger = logging.getLogger("durable")
 
 
 def make_owner_id() -> str:
@@ -20,6 +23,9 @@ def make_owner_id() -> str:
 class _AnyFleet:
     def can_serve(self, step: str, queue: str | None) -> bool:
         return True
+
+    def subscribers(self, event: str) -> list[str]:
+        return []
 
 
 class Engine:
@@ -45,6 +51,8 @@ class Engine:
         self.owner = owner or make_owner_id()
         self.keeper = keeper or LeaseKeeper()
         self.listeners: list[Callable[[str, RunRecord], None]] = []
+        # Called as listener(source_run, subscriber, outcome) after each lifecycle delivery.
+        self.lifecycle_listeners: list[Callable[[RunRecord, str, str], None]] = []
         # Answers "can any live worker run this step?"; see durable.fleet.
         self.fleet: Any = _AnyFleet()
 
@@ -62,7 +70,12 @@ class Engine:
         for listener in list(self.listeners):
             try:
                 listener(status, run)
-            except Exception:  # pragma: no cover - observability must not break turns
-                import logging
+            except Exception:
+                logger.exception("listener failed")
 
-                logging.getLogger("durable").exception("listener failed")
+    def emit_lifecycle(self, run: RunRecord, subscriber: str, outcome: str) -> None:
+        for listener in list(self.lifecycle_listeners):
+            try:
+                listener(run, subscriber, outcome)
+            except Exception:
+                logger.exception("lifecycle listener failed")

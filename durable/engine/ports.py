@@ -36,6 +36,8 @@ class RunRecord:
     query_values: dict[str, Any]
     patches: list[str]
     cancel_requested: bool
+    lifecycle: dict[str, Any]
+    lifecycle_owed: bool
     deadline_at: datetime | None
     created_at: datetime
     updated_at: datetime
@@ -98,6 +100,8 @@ class Outcome:
     notify: list[str] = field(default_factory=list)
     # Filled in by the store: runs woken by this commit, to dispatch.
     woken: list[str] = field(default_factory=list)
+    # Terminal outcomes: the subscribers the lifecycle event is owed to ({"owed": [...]}).
+    lifecycle: dict[str, Any] | None = None
 
 
 @dataclass
@@ -183,10 +187,39 @@ class Store(Protocol):
     def due_steps(self, now: datetime, limit: int) -> list[tuple[str, int, str | None]]: ...
     def orphans(self, now: datetime, limit: int) -> list[str]: ...
     def recover_orphan(
-        self, run_id: str, owner: str, now: datetime, lease_until: datetime, max_attempts: int
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        max_attempts: int,
+        dead_lifecycle: Callable[[str], dict[str, Any] | None] = ...,
     ) -> RunRecord | str | None: ...
     def overdue_runs(self, now: datetime, limit: int) -> list[str]: ...
-    def fail_overdue(self, run_id: str, now: datetime, error: dict[str, Any]) -> bool: ...
+    def fail_overdue(
+        self, run_id: str, now: datetime, error: dict[str, Any], lifecycle: dict[str, Any] | None = None
+    ) -> bool: ...
+    # lifecycle events
+    def take_lifecycle_lease(
+        self, run_id: str, owner: str, now: datetime, lease_until: datetime
+    ) -> RunRecord | None: ...
+    def release_lifecycle_lease(self, run_id: str, owner: str) -> None: ...
+    def finish_lifecycle(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        record: dict[str, Any],
+        new_runs: list[dict[str, Any]],
+        batched: list[tuple[str, Any, str, dict[str, Any]]],
+        make_batch_run: Callable[[str, int, list[Any]], dict[str, Any] | None],
+    ) -> list[str]: ...
+    def fire_due_batches(
+        self, now: datetime, limit: int, make_batch_run: Callable[[str, int, list[Any]], dict[str, Any] | None]
+    ) -> list[str]: ...
+    def owed_runs(self, before: datetime, limit: int) -> list[str]: ...
+    def settled_since(self, workflows: list[str], since: datetime, limit: int) -> list[RunRecord]: ...
+    def mark_owed(self, run_id: str, subscribers: list[str]) -> bool: ...
     def expired_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]: ...
     def reset_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool: ...
     def lost_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]: ...

@@ -53,6 +53,11 @@ class WorkflowDef:
     takes_input: bool = True
     on_event: tuple[str, ...] = ()
     updates: dict[str, Callable[[Any], Any] | None] = field(default_factory=dict)
+    # Lifecycle subscriptions (on_event=["run.completed:<workflow>", ...]):
+    where: Callable[[dict[str, Any]], Any] | None = None
+    event_input: Callable[[dict[str, Any]], Any] | None = None
+    debounce: float | None = None
+    batch: tuple[int, float] | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -182,6 +187,10 @@ def workflow(
     validate: Callable[[Any], Any] | None = None,
     on_event: list[str] | tuple[str, ...] = (),
     updates: dict[str, Callable[[Any], Any] | None] | None = None,
+    where: Callable[[dict[str, Any]], Any] | None = None,
+    input: Callable[[dict[str, Any]], Any] | None = None,
+    debounce: Duration | None = None,
+    batch: tuple[int, Duration] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -196,6 +205,10 @@ def workflow(
     validate: Callable[[Any], Any] | None = None,
     on_event: list[str] | tuple[str, ...] = (),
     updates: dict[str, Callable[[Any], Any] | None] | None = None,
+    where: Callable[[dict[str, Any]], Any] | None = None,
+    input: Callable[[dict[str, Any]], Any] | None = None,
+    debounce: Duration | None = None,
+    batch: tuple[int, Duration] | None = None,
 ) -> Any:
     """Register a workflow function ``fn(ctx, input)`` (or ``fn(ctx)``).
 
@@ -206,6 +219,10 @@ def workflow(
     ``on_event`` lists named events that each start a run (input: the payload).
     ``updates`` maps update names the workflow accepts (``ctx.wait_update``) to a
     validator run in the caller of :func:`durable.update` (None: accept as is).
+    Lifecycle subscriptions (``on_event=["run.completed:checkout"]``) take
+    ``where(event)`` to filter, ``input(event)`` to map the event to this
+    workflow's input, and either ``debounce="30s"`` (one run with the last event
+    once the source is quiet) or ``batch=(size, window)`` (one run with a list).
     The function is returned unchanged.
     """
 
@@ -221,6 +238,23 @@ def workflow(
             or not all(isinstance(k, str) and k and (v is None or callable(v)) for k, v in updates.items())
         ):
             raise ConfigurationError("updates must map update names to a validator (or None)")
+        if where is not None and not callable(where):
+            raise ConfigurationError("where must be a callable taking the event")
+        if input is not None and not callable(input):
+            raise ConfigurationError("input must be a callable mapping the event to the workflow's input")
+        if debounce is not None and batch is not None:
+            raise ConfigurationError("choose debounce or batch, not both")
+        batch_spec = None
+        if batch is not None:
+            if (
+                not isinstance(batch, (tuple, list))
+                or len(batch) != 2
+                or isinstance(batch[0], bool)
+                or not isinstance(batch[0], int)
+                or batch[0] < 1
+            ):
+                raise ConfigurationError("batch must be (size, window), e.g. (10, '1m')")
+            batch_spec = (batch[0], _opt_seconds(batch[1], "batch window") or 0.0)
         wf = WorkflowDef(
             name=_check_name(name or func.__name__, "workflow"),
             version=version,
@@ -231,6 +265,10 @@ def workflow(
             takes_input=_takes_input(func),
             on_event=tuple(on_event),
             updates=dict(updates or {}),
+            where=where,
+            event_input=input,
+            debounce=_opt_seconds(debounce, "debounce"),
+            batch=batch_spec,
         )
         registry.add_workflow(wf)
         func.__durable_workflow__ = wf  # type: ignore[attr-defined]

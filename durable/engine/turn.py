@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from durable.engine import clock
+from durable.engine import clock, lifecycle
 from durable.engine.context import WorkflowContext
 from durable.engine.context_base import RUN_TOKEN
 from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, RunRecord, TurnWrites, Waiter
@@ -226,6 +226,8 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
 
     done = clock.now()
     outcome.notify = [RUN_TOKEN + run.id] + ([RUN_TOKEN + run.retry_of] if run.retry_of else [])
+    if outcome.status in ("completed", "failed") and outcome.next_run is None:
+        outcome.lifecycle = lifecycle.owed_record(engine, run.workflow, outcome.status)
     try:
         ok = store.commit(run.id, owner, done, turn.lease_until(done), turn.writes, outcome)
     except Exception as exc:  # noqa: BLE001 - the commit failed; give the run back
@@ -244,7 +246,14 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
             engine.transport.dispatch_turn(run.id, delay=max(delay, 0.0))
         except Exception:
             logger.warning("could not dispatch the next turn of %s; the sweep will", run.id, exc_info=True)
+    run.status = outcome.status
+    run.output, run.error = outcome.output, outcome.error
     engine.emit(outcome.status, run)
+    if outcome.lifecycle is not None:
+        try:
+            lifecycle.publish(engine, run.id)
+        except Exception:
+            logger.warning("lifecycle publish of %s deferred to the sweep", run.id, exc_info=True)
     return outcome.status
 
 

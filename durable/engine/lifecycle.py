@@ -1,0 +1,248 @@
+"""Lifecycle events: workflows that start when other workflows complete or fail.
+
+A workflow subscribes with ``on_event=["run.completed:checkout",
+"run.failed:checkout"]``. Delivery is as durable as the run itself:
+
+1. The terminal status write of a run records, in the same UPDATE, which
+   subscribers its event is owed to (``Run.lifecycle["owed"]``,
+   ``Run.lifecycle_owed``), from this process's registry and the
+   subscriptions live workers advertise. A run is never terminal without a
+   record of whom it owes.
+2. Publishing (right after the terminal commit, then by a sweep for anything
+   still owed after a short grace) takes the run's lifecycle lease, re-reads
+   it, starts each owed subscriber under a deterministic run id
+   (``<source>:<ending>:<subscriber>``) and writes back what happened in the
+   same transaction. Any number of publishers therefore start a subscriber
+   once. A subscriber whose ``where`` raises, whose input is refused, or whose
+   start fails is recorded under ``failed`` with the reason and is not retried
+   until a republish.
+3. A heal sweep looks at runs settled recently for subscribers registered
+   after they settled, and republish (API, command, admin) redelivers on demand.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from durable.engine import clock
+from durable.engine.ports import RunRecord
+from durable.engine.registry import WorkflowDef, registry
+from durable.engine.runs import clean_input, run_fields
+from durable.exceptions import DurableError, WorkflowNotFound
+
+if TYPE_CHECKING:
+    from durable.engine.core import Engine
+
+logger = logging.getLogger("durable.lifecycle")
+
+ENDINGS = ("completed", "failed")
+PUBLISH_LEASE = timedelta(seconds=30)
+# The live publish runs right after the terminal commit; the sweep waits this long first.
+SWEEP_GRACE = timedelta(seconds=2)
+HEAL_WINDOW = timedelta(minutes=10)
+
+
+def ending_of(status: str) -> str | None:
+    """The lifecycle ending a terminal status publishes (dead runs publish ``failed``)."""
+    return {"completed": "completed", "failed": "failed", "dead": "failed"}.get(status)
+
+
+def event_name(ending: str, workflow: str) -> str:
+    return f"run.{ending}:{workflow}"
+
+
+def subscribers_for(engine: Engine, workflow: str, ending: str) -> list[str]:
+    """Every workflow owed ``run.<ending>:<workflow>``: registered here or advertised by live workers."""
+    name = event_name(ending, workflow)
+    local = {wf.name for wf in registry.subscribers(name)}
+    remote = set(engine.fleet.subscribers(name))
+    return sorted(local | remote)
+
+
+def owed_record(engine: Engine, workflow: str, status: str) -> dict[str, Any] | None:
+    """The ``lifecycle`` column to write with a terminal status (None: nothing owed)."""
+    ending = ending_of(status)
+    if ending is None:
+        return None
+    subs = subscribers_for(engine, workflow, ending)
+    return {"owed": subs} if subs else None
+
+
+def build_event(run: RunRecord, ending: str) -> dict[str, Any]:
+    """The event a subscriber's ``where`` and ``input`` see (and, by default, its input)."""
+    return {
+        "event": event_name(ending, run.workflow),
+        "ending": ending,
+        "workflow": run.workflow,
+        "version": run.version,
+        "run_id": run.id,
+        "namespace": run.namespace,
+        "status": run.status,
+        "input": run.input,
+        "output": run.output,
+        "error": run.error,
+        "tags": list(run.tags or []),
+        "finished_at": run.finished_at.isoformat() if run.finished_at else None,
+    }
+
+
+def publish(
+    engine: Engine,
+    run_id: str,
+    *,
+    only: Iterable[str] | None = None,
+    republish: bool = False,
+) -> dict[str, str]:
+    """Deliver a settled run's lifecycle event to what it owes (or, on republish, to ``only``).
+
+    Returns ``{subscriber: outcome}`` with outcomes ``started``, ``coalesced``,
+    ``skipped`` (its ``where`` said no), ``failed: <reason>``,
+    ``not_subscribed`` (republish of a subscriber that does not take this
+    ending: reported, not marked), ``elsewhere`` (not registered in this
+    process; stays owed for a worker that has it), or ``{"*": "busy"}`` when
+    another publisher holds the run.
+    """
+    store = engine.store
+    now = clock.now()
+    # One holder per publish call, even between threads of one process.
+    holder = f"{engine.owner}/{uuid.uuid4().hex[:8]}"
+    run = store.take_lifecycle_lease(run_id, holder, now, now + PUBLISH_LEASE)
+    if run is None:
+        return {"*": "busy"}
+    try:
+        return _publish_held(engine, run, holder, only, republish)
+    finally:
+        store.release_lifecycle_lease(run_id, holder)
+
+
+def _publish_held(
+    engine: Engine, run: RunRecord, holder: str, only: Iterable[str] | None, republish: bool
+) -> dict[str, str]:
+    ending = ending_of(run.status)
+    if ending is None:
+        return {}
+    name = event_name(ending, run.workflow)
+    record = dict(run.lifecycle or {})
+    owed = list(record.get("owed", []))
+    started = dict(record.get("started", {}))
+    coalesced = dict(record.get("coalesced", {}))
+    failed = dict(record.get("failed", {}))
+    skipped = list(record.get("skipped", []))
+    targets = list(only) if only is not None else list(owed)
+    report: dict[str, str] = {}
+    new_runs: list[dict[str, Any]] = []
+    batched: list[tuple[WorkflowDef, Any]] = []
+    event = build_event(run, ending)
+    settings = engine.settings
+    remaining = [sub for sub in owed if sub not in targets]
+    for sub in targets:
+        try:
+            wf = registry.get_workflow(sub)
+        except WorkflowNotFound:
+            report[sub] = "elsewhere"
+            if sub in owed or republish:
+                remaining.append(sub)
+            continue
+        if name not in wf.on_event:
+            report[sub] = "not_subscribed"
+            continue
+        if sub in coalesced and sub not in failed:
+            # Its accumulator may have fired already: routing it again would start it twice.
+            report[sub] = "coalesced"
+            continue
+        if sub in started and not republish:
+            report[sub] = "started"
+            continue
+        try:
+            wanted = True if wf.where is None else bool(wf.where(event))
+        except Exception as exc:  # noqa: BLE001 - a failing predicate is recorded, not retried
+            failed[sub] = f"where raised {type(exc).__name__}: {exc}"
+            report[sub] = "failed: " + failed[sub]
+            continue
+        if not wanted:
+            if sub not in skipped:
+                skipped.append(sub)
+            report[sub] = "skipped"
+            continue
+        try:
+            value = wf.event_input(event) if wf.event_input is not None else event
+            value = clean_input(wf, value, settings.max_payload_bytes)
+        except Exception as exc:  # noqa: BLE001 - a refused input is recorded, not retried
+            failed[sub] = f"input refused: {exc}"
+            report[sub] = "failed: " + failed[sub]
+            continue
+        failed.pop(sub, None)
+        if wf.debounce is not None or wf.batch is not None:
+            batched.append((wf, value))
+            coalesced[sub] = True
+            report[sub] = "coalesced"
+            continue
+        sub_id = f"{run.id[:200]}:{ending}:{sub}"
+        new_runs.append(
+            run_fields(
+                wf,
+                sub_id,
+                value,
+                now=clock.now(),
+                namespace=run.namespace,
+                tags=[f"after:{run.workflow}"],
+                search_attributes={"source_run": run.id},
+            )
+        )
+        started[sub] = sub_id
+        report[sub] = "started"
+    record.update(owed=sorted(set(remaining)), started=started, coalesced=coalesced, failed=failed, skipped=skipped)
+    try:
+        created = engine.store.finish_lifecycle(
+            run.id,
+            holder,
+            clock.now(),
+            record,
+            new_runs,
+            [(wf.name, value, run.id, _batch_policy(wf)) for wf, value in batched],
+            make_batch_run,
+        )
+    except DurableError:
+        raise
+    except Exception as exc:
+        logger.warning("lifecycle publish of %s failed: %s", run.id, exc, exc_info=True)
+        for sub in list(report):
+            if report[sub] in ("started", "coalesced"):
+                failed[sub] = f"start failed: {exc}"
+                started.pop(sub, None)
+                coalesced.pop(sub, None)
+                report[sub] = "failed: " + failed[sub]
+        record.update(started=started, coalesced=coalesced, failed=failed)
+        created = engine.store.finish_lifecycle(run.id, holder, clock.now(), record, [], [], make_batch_run)
+    for new_id in created:
+        engine.transport.dispatch_turn(new_id)
+    for sub, outcome in report.items():
+        engine.emit_lifecycle(run, sub, outcome)
+    return report
+
+
+def _batch_policy(wf: WorkflowDef) -> dict[str, Any]:
+    if wf.debounce is not None:
+        return {"debounce": wf.debounce}
+    assert wf.batch is not None
+    return {"size": wf.batch[0], "window": wf.batch[1]}
+
+
+def make_batch_run(subscriber: str, batch_id: int, events: list[Any]) -> dict[str, Any] | None:
+    """The subscriber run a fired accumulator starts: the last event (debounce) or the list (batch).
+
+    None when the subscriber is not registered in this process (another one fires it).
+    """
+    try:
+        wf = registry.get_workflow(subscriber)
+    except WorkflowNotFound:
+        return None
+    kind = "debounce" if wf.debounce is not None else "batch"
+    value = events[-1] if kind == "debounce" else events
+    return run_fields(
+        wf, f"{subscriber}:{kind}:{batch_id}", value, now=clock.now(), namespace="default", tags=[f"lifecycle-{kind}"]
+    )

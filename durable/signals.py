@@ -1,0 +1,56 @@
+"""Django signals for run lifecycle, so an app can react in-process.
+
+Sent after the write they announce has committed, in the process that made it::
+
+    from django.dispatch import receiver
+    from durable.signals import run_completed
+
+    @receiver(run_completed)
+    def notify(sender, run, **kwargs):   # sender: the workflow name; run: durable.RunInfo
+        ...
+
+Receivers must be quick and must not raise (errors are logged and ignored);
+for durable reactions subscribe a workflow with ``on_event=["run.completed:<wf>"]``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.dispatch import Signal
+
+run_suspended = Signal()
+run_blocked = Signal()
+run_completed = Signal()
+run_failed = Signal()
+run_cancelled = Signal()
+run_dead = Signal()
+# A lifecycle event reached a subscriber: kwargs source (RunInfo), subscriber, outcome.
+lifecycle_delivered = Signal()
+
+BY_STATUS = {
+    "suspended": run_suspended,
+    "blocked": run_blocked,
+    "completed": run_completed,
+    "failed": run_failed,
+    "cancelled": run_cancelled,
+    "dead": run_dead,
+}
+
+
+def send_status(status: str, run: Any) -> None:
+    """Engine listener: forward a committed turn's outcome to the matching Django signal."""
+    signal = BY_STATUS.get(status)
+    if signal is not None and signal.has_listeners():
+        from durable.api import RunInfo
+
+        signal.send_robust(sender=run.workflow, run=RunInfo.from_record(run))
+
+
+def send_lifecycle(run: Any, subscriber: str, outcome: str) -> None:
+    if lifecycle_delivered.has_listeners():
+        from durable.api import RunInfo
+
+        lifecycle_delivered.send_robust(
+            sender=run.workflow, source=RunInfo.from_record(run), subscriber=subscriber, outcome=outcome
+        )
