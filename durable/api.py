@@ -161,7 +161,7 @@ def _create(fields: dict[str, Any]) -> bool:
     """Insert a run (idempotent) and dispatch it after the caller's transaction commits."""
     run_id = fields["id"]
     with transaction.atomic():
-        _, created = store.create_run(fields)
+        created = store.create_run(fields)
         if created:
             engine = get_engine()
             transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))

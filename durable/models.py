@@ -75,6 +75,8 @@ class Run(models.Model):
     locked_by = models.CharField(max_length=100, null=True, blank=True)
     locked_until = models.DateTimeField(null=True, blank=True)
     recovery_attempts = models.PositiveIntegerField(default=0)
+    # Turns taken so far (the first one has no history to read).
+    turns = models.PositiveIntegerField(default=0)
     tags = models.JSONField(default=list, blank=True)
     search_attributes = models.JSONField(default=dict, blank=True)
     priority = models.IntegerField(default=0)

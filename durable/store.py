@@ -18,10 +18,10 @@ from dataclasses import asdict
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import Case, DateTimeField, F, Min, Q, Value, When
 
-from durable.engine.context_base import EVENT_TOKEN, RUN_TOKEN
+from durable.engine.context_base import EVENT_TOKEN, RUN_TOKEN, WAIT_KINDS
 from durable.engine.ports import (
     CheckpointRecord,
     Outcome,
@@ -46,8 +46,6 @@ from durable.models import (
 )
 
 CP_STATUS = CheckpointStatus
-# Checkpoint kinds whose settling means a waiter of the run is no longer needed.
-WAIT_KINDS = ("signal", "update", "event", "child", "wait_run")
 # Failed checkpoints that a requeue resets so they run again.
 RESETTABLE = ("step", "local", "child", "transaction")
 
@@ -83,42 +81,58 @@ class DjangoStore:
         return transaction.atomic()
 
     # -- runs ----------------------------------------------------------------
-    def create_run(self, fields: dict[str, Any]) -> tuple[RunRecord, bool]:
-        """Insert the run, or return the existing one with that id (idempotent start).
+    def create_run(self, fields: dict[str, Any]) -> bool:
+        """Insert the run unless one with that id exists (idempotent start); True if inserted.
 
-        Safe against concurrent callers: the primary key decides the winner and
-        the loser reads the winner's row (after it commits, on PostgreSQL).
+        One statement (``INSERT ... ON CONFLICT (id) DO NOTHING RETURNING id``):
+        concurrent callers are decided by the primary key, and a loser on
+        PostgreSQL waits for the winner's transaction before learning it lost.
         """
-        run_id = fields["id"]
-        existing = Run.objects.filter(id=run_id).first()
-        if existing is not None:
-            return _run_record(existing), False
-        try:
-            with transaction.atomic():
-                row = Run.objects.create(**fields)
-        except IntegrityError:
-            existing = Run.objects.filter(id=run_id).first()
-            if existing is None:
-                raise
-            return _run_record(existing), False
-        return _run_record(row), True
+        row = Run(**fields)
+        columns = list(Run._meta.concrete_fields)
+        quote = connection.ops.quote_name
+        names = ", ".join(quote(f.column or f.name) for f in columns)
+        sql = (
+            f"INSERT INTO {quote(Run._meta.db_table)} ({names}) VALUES ({', '.join(['%s'] * len(columns))}) "
+            f"ON CONFLICT ({quote('id')}) DO NOTHING RETURNING {quote('id')}"
+        )
+        params = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in columns]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone() is not None
 
     def get_run(self, run_id: str) -> RunRecord | None:
         row = Run.objects.filter(id=run_id).first()
         return _run_record(row) if row is not None else None
 
     def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None:
-        """Take the lease of a pending run, or of a suspended run whose wake is due."""
-        claimed = Run.objects.filter(
-            Q(status=RunStatus.PENDING) | Q(status=RunStatus.SUSPENDED, wake_at__lte=now), id=run_id
-        ).update(status=RunStatus.RUNNING, locked_by=owner, locked_until=lease_until, updated_at=now)
-        if not claimed:
-            return None
-        row = Run.objects.get(id=run_id)
-        if row.started_at is None:
-            Run.objects.filter(id=run_id, started_at__isnull=True).update(started_at=now)
-            row.started_at = now
-        return _run_record(row)
+        """Take the lease of a pending run, or of a suspended run whose wake is due.
+
+        One compare-and-set statement that returns the run as it now is.
+        """
+        quote = connection.ops.quote_name
+        ts = connection.ops.adapt_datetimefield_value
+        columns = ", ".join(quote(f.column or f.name) for f in Run._meta.concrete_fields)
+        sql = (
+            f"UPDATE {quote(Run._meta.db_table)} SET {quote('status')} = %s, {quote('locked_by')} = %s, "
+            f"{quote('locked_until')} = %s, {quote('updated_at')} = %s, "
+            f"{quote('started_at')} = COALESCE({quote('started_at')}, %s), {quote('turns')} = {quote('turns')} + 1 "
+            f"WHERE {quote('id')} = %s AND ({quote('status')} = %s OR ({quote('status')} = %s AND "
+            f"{quote('wake_at')} <= %s)) RETURNING {columns}"
+        )
+        params = [
+            RunStatus.RUNNING,
+            owner,
+            ts(lease_until),
+            ts(now),
+            ts(now),
+            run_id,
+            RunStatus.PENDING,
+            RunStatus.SUSPENDED,
+            ts(now),
+        ]
+        rows = list(Run.objects.raw(sql, params))
+        return _run_record(rows[0]) if rows else None
 
     def renew_lease(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> bool:
         return bool(
@@ -222,7 +236,7 @@ class DjangoStore:
     def _settle_waiters(self, run_id: str, writes: TurnWrites, outcome: Outcome, now: datetime) -> None:
         waiters = outcome.waiters
         waited = writes.consumed_signals or any(w.record.kind in WAIT_KINDS for w in writes.checkpoints)
-        if outcome.status != RunStatus.SUSPENDED or waiters or waited:
+        if waiters or waited or outcome.had_waiters:
             SignalWaiter.objects.filter(run_id=run_id).delete()
         if not waiters:
             return

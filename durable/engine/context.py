@@ -97,7 +97,8 @@ class WorkflowContext(CompositionOps, ContextBase):
         stops at once. When retries are spent the workflow gets
         :class:`~durable.StepFailed` here. The result is committed (one commit)
         before the next operation; a crash between the call and the commit runs
-        it again (at-least-once). ``compensate(input, output)`` undoes it if the
+        it again (at-least-once; the record rides with the next commit, which
+        precedes any further side effect). ``compensate(input, output)`` undoes it if the
         run later fails (a saga); ``input`` is ``{"args": [...], "kwargs": {...}}``.
         """
         if not isinstance(name, str) or not name:
@@ -143,7 +144,6 @@ class WorkflowContext(CompositionOps, ContextBase):
                     started_at=started,
                 )
                 turn.defer(CheckpointWrite(rec, create=cp is None, expect=(PENDING,)))
-                turn.flush()
                 raise self._suspend(retry_at) from None
             rec = CheckpointRecord(
                 seq=seq,
@@ -170,8 +170,9 @@ class WorkflowContext(CompositionOps, ContextBase):
             started_at=started,
             finished_at=clock.now(),
         )
+        # Not committed yet: it rides with the next commit, which always comes before the
+        # next side effect (the flush above the next step) or ends the turn. One commit per step.
         turn.defer(CheckpointWrite(rec, create=cp is None, expect=(PENDING,)))
-        turn.flush()
         self._remember_undo(seq, name, compensate, call_input, value)
         return value
 

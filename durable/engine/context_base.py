@@ -20,6 +20,8 @@ PENDING, RUNNING, COMPLETED, FAILED = "pending", "running", "completed", "failed
 RUN_TOKEN = "__run__:"
 EVENT_TOKEN = "__event__:"
 UPDATE_TOKEN = "__update__:"
+# Checkpoint kinds whose pending state means the run has (or had) a waiter row.
+WAIT_KINDS = ("signal", "update", "event", "child", "wait_run")
 
 
 class ContextBase:

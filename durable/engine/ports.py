@@ -27,6 +27,7 @@ class RunRecord:
     locked_by: str | None
     locked_until: datetime | None
     recovery_attempts: int
+    turns: int
     tags: list[str]
     search_attributes: dict[str, Any]
     priority: int
@@ -100,6 +101,8 @@ class Outcome:
     notify: list[str] = field(default_factory=list)
     # Filled in by the store: runs woken by this commit, to dispatch.
     woken: list[str] = field(default_factory=list)
+    # The run had a pending wait when the turn began (so waiter rows may exist).
+    had_waiters: bool = True
     # Terminal outcomes: the subscribers the lifecycle event is owed to ({"owed": [...]}).
     lifecycle: dict[str, Any] | None = None
 
@@ -137,7 +140,7 @@ class StepClaim:
 class Store(Protocol):
     """Durable state. Every status write is compare-and-set; see :mod:`durable.store`."""
 
-    def create_run(self, fields: dict[str, Any]) -> tuple[RunRecord, bool]: ...
+    def create_run(self, fields: dict[str, Any]) -> bool: ...
     def get_run(self, run_id: str) -> RunRecord | None: ...
     def signal(self, run_id: str, name: str, payload: Any, now: datetime) -> bool: ...
     def cancel(self, run_id: str, now: datetime, compensate: bool = False) -> tuple[bool, list[str]]: ...

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable.engine import clock, lifecycle
 from durable.engine.context import WorkflowContext
-from durable.engine.context_base import RUN_TOKEN
+from durable.engine.context_base import RUN_TOKEN, WAIT_KINDS
 from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, RunRecord, TurnWrites, Waiter
 from durable.engine.registry import registry
 from durable.engine.runs import clean_input, run_fields
@@ -64,6 +64,8 @@ class Turn:
         # cancel(compensate=True) reached this run: stop at the first new operation.
         self.cancel_pending = run.cancel_requested
         self.max_recorded_seq = max(checkpoints, default=0)
+        # The history as loaded (before this turn's writes).
+        self.loaded = list(checkpoints.values())
         self.nondeterminism: NonDeterminismError | None = None
         self._wakes: list[datetime] = []
         self._event_wait = False
@@ -205,7 +207,8 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
     turn: Turn | None = None
     hold = None
     try:
-        checkpoints = store.load_checkpoints(run.id)
+        # A run's first turn has no history to read.
+        checkpoints = {} if run.turns == 1 else store.load_checkpoints(run.id)
         turn = Turn(engine, run, checkpoints)
         hold = engine.keeper.hold(
             engine.settings.lease / 3,
@@ -225,6 +228,7 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
             hold.release()
 
     done = clock.now()
+    outcome.had_waiters = any(cp.kind in WAIT_KINDS and cp.status == "pending" for cp in turn.loaded)
     outcome.notify = [RUN_TOKEN + run.id] + ([RUN_TOKEN + run.retry_of] if run.retry_of else [])
     if outcome.status in ("completed", "failed") and outcome.next_run is None:
         outcome.lifecycle = lifecycle.owed_record(engine, run.workflow, outcome.status)
