@@ -33,7 +33,7 @@ from durable_dashboard.admin_filters import (
     VersionFilter,
     WorkflowFilter,
 )
-from durable_dashboard.filters import search
+from durable_dashboard.filters import search, storable
 from durable_dashboard.forms import form_for
 from durable_dashboard.models import AuditEntry, NamespaceGrant
 from durable_dashboard.paginator import EstimatedCountPaginator
@@ -67,6 +67,18 @@ class ReadOnlyMixin:
         return False
 
 
+class StorableQueryMixin:
+    """A list URL whose filters or search hold control characters (NUL) shows the "invalid filter" page.
+
+    PostgreSQL refuses NUL in text parameters; without this a crafted URL is a 500.
+    """
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if any(not storable(v) for values in request.GET.lists() for v in values[1]):
+            return HttpResponseRedirect(request.path + "?e=1")
+        return super().changelist_view(request, extra_context)  # type: ignore[misc]
+
+
 def status_badge(status: str) -> str:
     return format_html('<span class="durable-badge durable-{}">{}</span>', status, status)
 
@@ -97,7 +109,7 @@ def _bulk_action(action: str) -> Any:
 
 
 @admin.register(Run)
-class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class RunAdmin(StorableQueryMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("id", "workflow", "version", "status_col", "namespace", "tags_col", "created_at", "duration_col")
     list_filter = (
         StatusFilter,
@@ -159,7 +171,8 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        run = self.get_queryset(request).filter(pk=unquote(object_id)).first()
+        run_id = unquote(object_id)
+        run = self.get_queryset(request).filter(pk=run_id).first() if storable(run_id) else None
         if run is None:
             raise Http404("No run with that id (or not in your namespaces).")
         if not self.has_view_permission(request, run):
@@ -226,7 +239,7 @@ class RunAdmin(ReadOnlyMixin, admin.ModelAdmin):
         if action not in ADMIN_ACTIONS:
             raise Http404("Unknown action.")
         run_id = unquote(object_id)
-        if not self.get_queryset(request).filter(pk=run_id).exists():
+        if not storable(run_id) or not self.get_queryset(request).filter(pk=run_id).exists():
             raise Http404("No run with that id (or not in your namespaces).")
         if not can(request.user, action):
             raise PermissionDenied
@@ -303,7 +316,7 @@ for _action in ADMIN_ACTIONS:
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class AuditEntryAdmin(StorableQueryMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ("created_at", "username", "via", "action", "runs_col", "ok")
     list_filter = ("via", "action", "ok")
     search_fields = ("username", "action")
@@ -331,7 +344,7 @@ class AuditEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(NamespaceGrant)
-class NamespaceGrantAdmin(admin.ModelAdmin):
+class NamespaceGrantAdmin(StorableQueryMixin, admin.ModelAdmin):
     list_display = ("namespace", "user", "group")
     list_filter = ("namespace",)
     search_fields = ("namespace", "user__username", "group__name")

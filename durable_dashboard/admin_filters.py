@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from durable.engine.registry import registry
 from durable.models import Run, RunStatus
-from durable_dashboard.filters import with_tag
+from durable_dashboard.filters import storable, with_tag
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -52,6 +52,12 @@ class InputFilter(admin.SimpleListFilter):
 
     template = "durable_dashboard/admin/input_filter.html"
     placeholder = ""
+
+    def value(self) -> Any:
+        value = super().value()
+        if value and not storable(value):
+            raise IncorrectLookupParameters(f"{self.title} may not contain control characters")
+        return value
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [("", "")]  # has_output() needs one choice

@@ -8,11 +8,20 @@ and ``json_each`` on SQLite.
 
 from __future__ import annotations
 
+import re
+
 import django_filters
 from django.db import connection
 from django.db.models import Q, QuerySet
 
 from durable.models import Run, RunStatus
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def storable(value: str) -> bool:
+    """False for text no run column can hold (NUL and other control characters)."""
+    return not _CONTROL.search(value)
 
 
 def with_tag(queryset: QuerySet[Run], tag: str) -> QuerySet[Run]:
@@ -30,6 +39,8 @@ def search(queryset: QuerySet[Run], term: str) -> QuerySet[Run]:
     term = term.strip()
     if not term:
         return queryset
+    if not storable(term):
+        return queryset.none()
     by_field = queryset.filter(Q(id=term) | Q(workflow=term))
     return by_field | with_tag(queryset, term)
 

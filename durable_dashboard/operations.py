@@ -14,42 +14,28 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import durable
-from durable.exceptions import DurableError, InvalidInput, InvalidRunState, RunNotFound, WorkflowNotFound
+from durable.exceptions import (
+    DurableError,
+    EventNotSet,
+    InvalidInput,
+    InvalidRunState,
+    RunNotFound,
+    WorkflowNotFound,
+)
 from durable_dashboard.models import AuditEntry
 
-# Service functions that durable.api does not provide yet (issues 3 and 6). The
-# calls below are already written against their planned signatures; drop a name
-# from this set once durable ships the function and the endpoint goes live.
-NOT_BUILT: frozenset[str] = frozenset({"cancel_compensate", "update", "get_event", "republish"})
 
-_NOT_BUILT_WHAT = {
-    "cancel_compensate": "durable.cancel(run_id, compensate=True)",
-    "update": "durable.update(run_id, name, arg)",
-    "get_event": "durable.get_event(run_id, key)",
-    "republish": "durable.republish(run_id)",
-}
-
-
-class NotBuilt(Exception):
-    """The durable service function behind this action does not exist yet (HTTP 501)."""
-
-    def __init__(self, feature: str) -> None:
-        self.feature = feature
-        super().__init__(f"{_NOT_BUILT_WHAT[feature]} is not available in this version of django-durable yet")
-
-
-def require(feature: str) -> None:
-    """Raise :class:`NotBuilt` if ``feature`` is listed in :data:`NOT_BUILT`."""
-    if feature in NOT_BUILT:
-        raise NotBuilt(feature)
+class UpdateRejected(DurableError):
+    """The workflow refused an update (unknown name, validator, finished run)."""
 
 
 ERROR_CODES: tuple[tuple[type[Exception], str], ...] = (
     (RunNotFound, "run_not_found"),
+    (EventNotSet, "event_not_set"),
+    (UpdateRejected, "update_rejected"),
     (WorkflowNotFound, "workflow_not_found"),
     (InvalidInput, "invalid_input"),
     (InvalidRunState, "invalid_run_state"),
-    (NotBuilt, "not_implemented"),
     (DurableError, "durable_error"),
 )
 
@@ -97,8 +83,7 @@ def _cancel(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
 
 
 def _cancel_compensate(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
-    require("cancel_compensate")
-    cancelled = durable.cancel(run_id, compensate=True)  # type: ignore[call-arg]
+    cancelled = durable.cancel(run_id, compensate=True)
     return ("cancelled, compensating" if cancelled else "already ended, nothing to cancel"), {"cancelled": cancelled}
 
 
@@ -113,15 +98,18 @@ def _signal(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
 
 
 def _update(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
-    require("update")
-    value = durable.update(run_id, params["name"], params.get("arg"))  # type: ignore[attr-defined]
-    return f"update {params['name']!r} accepted", {"result": value}
+    outcome = durable.update(run_id, params["name"], params.get("arg"))
+    if not outcome.accepted:
+        raise UpdateRejected(f"update {params['name']!r} rejected: {outcome.reason}")
+    return f"update {params['name']!r} accepted", {"accepted": True}
 
 
 def _republish(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
-    require("republish")
-    value = durable.republish(run_id)  # type: ignore[attr-defined]
-    return "lifecycle events republished", {"result": value}
+    report = durable.republish(run_id).get(run_id, {})
+    if not report:
+        return "no lifecycle subscriber to republish to", {"subscribers": {}}
+    summary = ", ".join(f"{name}: {outcome}" for name, outcome in sorted(report.items()))
+    return f"lifecycle events republished ({summary})", {"subscribers": report}
 
 
 RUN_ACTIONS: dict[str, Callable[[str, dict[str, Any]], tuple[str, Any]]] = {
@@ -150,8 +138,7 @@ LABELS = {
 
 def get_event(run_id: str, key: str) -> Any:
     """A run's query value ``key`` (``ctx.set_event``); a read, not audited."""
-    require("get_event")
-    return durable.get_event(run_id, key)  # type: ignore[attr-defined]
+    return durable.get_event(run_id, key)
 
 
 def _clip(value: Any, limit: int = 4000) -> Any:
@@ -187,7 +174,7 @@ def perform(action: str, run_ids: Iterable[str], params: dict[str, Any], *, user
         try:
             message, result = fn(run_id, params)
             outcomes.append(Outcome(run_id, True, message, result))
-        except (DurableError, NotBuilt) as exc:
+        except DurableError as exc:
             outcomes.append(Outcome(run_id, False, str(exc), None, error_code(exc), exc))
     audit(user, via, action, ids, params, outcomes)
     return outcomes

@@ -1,9 +1,10 @@
-"""A JSON parser with bounds: body size, nesting depth, strict numbers.
+"""A JSON parser with bounds: body size, nesting depth, strict numbers, storable strings.
 
 DRF's own parser reads the request stream without Django's
 ``DATA_UPLOAD_MAX_MEMORY_SIZE`` check and lets a deeply nested document reach
-the recursion limit; both would be a 5xx or worse. Here an oversized body is a
-413 and anything unparsable a 400.
+the recursion limit, and PostgreSQL refuses ``\\u0000`` in ``jsonb``; each
+would be a 5xx or worse. Here an oversized body is a 413, and anything
+unparsable or unstorable a 400.
 """
 
 from __future__ import annotations
@@ -31,16 +32,30 @@ def max_body_bytes() -> int:
     return 2 * payload + 64 * 1024
 
 
-def _depth(value: Any, limit: int) -> None:
+def _check_text(text: str) -> None:
+    if "\x00" in text:
+        raise ParseError("JSON strings may not contain the NUL character (\\u0000)")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ParseError("JSON strings may not contain unpaired surrogates") from None
+
+
+def check_document(value: Any, limit: int = MAX_DEPTH) -> None:
+    """Refuse what no database column can store: deep nesting, NUL characters, lone surrogates."""
     stack = [(value, 1)]
     while stack:
         item, depth = stack.pop()
         if depth > limit:
             raise ParseError(f"JSON nested deeper than {limit} levels")
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
+        if isinstance(item, str):
+            _check_text(item)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                _check_text(key)
+                stack.append((child, depth + 1))
         elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
+            stack.extend((child, depth + 1) for child in item)
 
 
 def _reject_constant(name: str) -> Any:
@@ -70,5 +85,5 @@ class BoundedJSONParser(JSONParser):
             raise ParseError(f"JSON nested deeper than {MAX_DEPTH} levels") from None
         except (ValueError, UnicodeDecodeError, LookupError) as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
-        _depth(data, MAX_DEPTH)
+        check_document(data)
         return data

@@ -161,8 +161,16 @@ class BulkResultSerializer(serializers.Serializer[Any]):
 
 
 class ErrorSerializer(serializers.Serializer[Any]):
+    """Every error answer: a readable ``detail`` and a stable ``code``."""
+
     detail = serializers.CharField()
-    code = serializers.CharField(required=False)
+    code = serializers.CharField()
+
+
+class ValidationErrorSerializer(ErrorSerializer):
+    """A 400: ``errors`` maps each invalid field to its messages (when the problem is per field)."""
+
+    errors = serializers.DictField(child=AnyJSONField(), required=False)
 
 
 class WorkflowSerializer(serializers.Serializer[Any]):

@@ -5,7 +5,8 @@ Run ids may contain any character but ``/`` and whitespace in these URLs.
 
 from __future__ import annotations
 
-from django.urls import include, path
+from django.http import HttpRequest, JsonResponse
+from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
@@ -16,9 +17,16 @@ app_name = "durable_api"
 router = SimpleRouter()
 router.register("runs", RunViewSet, basename="run")
 
+
+def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:
+    """Unknown API paths answer JSON too, like every other API error."""
+    return JsonResponse({"detail": "Not found.", "code": "not_found"}, status=404)
+
+
 urlpatterns = [
     path("workflows/", WorkflowListView.as_view(), name="workflows"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="durable_api:schema"), name="docs"),
     path("", include(router.urls)),
+    re_path(r"^.*/$", not_found),
 ]

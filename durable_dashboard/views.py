@@ -16,7 +16,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import PermissionDenied, ValidationError
+from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -29,28 +29,63 @@ from durable.exceptions import DurableError
 from durable.models import Checkpoint, Run
 from durable_dashboard import operations
 from durable_dashboard import serializers as s
-from durable_dashboard.filters import RunFilter
+from durable_dashboard.filters import RunFilter, storable
 from durable_dashboard.permissions import CanPerformAction, CanViewRuns, namespace_allowed, visible_runs
 
 STATUS_BY_CODE = {
     "run_not_found": status.HTTP_404_NOT_FOUND,
+    "event_not_set": status.HTTP_404_NOT_FOUND,
+    "update_rejected": status.HTTP_400_BAD_REQUEST,
     "workflow_not_found": status.HTTP_400_BAD_REQUEST,
     "invalid_input": status.HTTP_400_BAD_REQUEST,
     "invalid_run_state": status.HTTP_409_CONFLICT,
-    "not_implemented": status.HTTP_501_NOT_IMPLEMENTED,
 }
 
 
+def _first_message(errors: Any, path: str = "") -> str:
+    if isinstance(errors, dict):
+        for key, value in errors.items():
+            return _first_message(value, f"{path}.{key}" if path else str(key))
+    if isinstance(errors, list) and errors:
+        return _first_message(errors[0], path)
+    return f"{path}: {errors}" if path and path != "non_field_errors" else str(errors)
+
+
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """DRF's handler, plus durable's errors as clear 4xx (and 501 for unbuilt features)."""
-    if isinstance(exc, (DurableError, operations.NotBuilt)):
+    """Every error answer is ``{"detail": ..., "code": ...}`` (plus ``errors`` per field when invalid).
+
+    Durable's own errors become clear 4xx.
+    """
+    if isinstance(exc, DurableError):
         code = operations.error_code(exc)
         return Response({"detail": str(exc), "code": code}, status=STATUS_BY_CODE.get(code, 400))
-    return drf_exception_handler(exc, context)
+    response = drf_exception_handler(exc, context)
+    if response is None:
+        return None
+    if isinstance(exc, ValidationError):
+        errors = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
+        if set(errors) == {"detail"} and not isinstance(errors["detail"], (dict, list)):
+            response.data = {"detail": str(errors["detail"]), "code": "invalid"}
+        else:
+            response.data = {
+                "detail": f"Invalid request: {_first_message(errors)}",
+                "code": "invalid",
+                "errors": errors,
+            }
+    elif isinstance(exc, APIException):
+        detail = exc.detail
+        code = getattr(detail, "code", None) or exc.default_code
+        response.data = {"detail": str(detail), "code": str(code)}
+    elif isinstance(response.data, dict) and "detail" in response.data:
+        response.data = {
+            "detail": str(response.data["detail"]),
+            "code": "not_found" if response.status_code == 404 else "error",
+        }
+    return response
 
 
 def _error(code: int, description: str) -> OpenApiResponse:
-    return OpenApiResponse(s.ErrorSerializer, description=description)
+    return OpenApiResponse(s.ValidationErrorSerializer if code == 400 else s.ErrorSerializer, description=description)
 
 
 COMMON_ERRORS = {
@@ -64,7 +99,6 @@ COMMON_ERRORS = {
 ACTION_ERRORS = {
     **COMMON_ERRORS,
     409: _error(409, "The run's status does not allow this action."),
-    501: _error(501, "Not available in this version of django-durable."),
 }
 
 
@@ -105,6 +139,12 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
     queryset = Run.objects.all()
 
     # -- helpers -----------------------------------------------------------------------
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # No stored id or name holds a NUL or control character (PostgreSQL refuses NUL in text).
+        if any(isinstance(v, str) and not storable(v) for v in kwargs.values()):
+            raise Http404("No run with that id.")
+
     def durable_action(self, request: Request) -> str | None:
         """The operator action this request performs (its permission is checked), if any."""
         name = self.action
@@ -290,14 +330,13 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         parameters=[OpenApiParameter("bulk_action", OpenApiTypes.STR, OpenApiParameter.PATH, enum=s.BULK_ACTIONS)],
         responses={200: s.BulkResultSerializer, **ACTION_ERRORS},
     )
-    @action(detail=False, methods=["post"], url_path=r"bulk/(?P<bulk_action>[a-z_-]+)")
+    @action(detail=False, methods=["post"], url_path=r"bulk/(?P<bulk_action>[^/]+)")
     def bulk(self, request: Request, bulk_action: str) -> Response:
         if bulk_action not in s.BULK_ACTIONS:
             raise Http404(f"Unknown bulk action; expected one of {', '.join(s.BULK_ACTIONS)}.")
         body = self._valid(s.BulkSerializer, request.data)
         params = self._bulk_params(bulk_action, body["params"])
         action_name = "cancel_compensate" if bulk_action == "cancel" and params.pop("compensate") else bulk_action
-        operations.require(action_name)
         run_ids = self._bulk_ids(body["filter"], body["limit"])
         outcomes = operations.perform(action_name, run_ids, params, user=request.user, via="api") if run_ids else []
         ok = sum(1 for o in outcomes if o.ok)

@@ -82,7 +82,12 @@ def api() -> Callable[[User | None], APIClient]:
 
 @pytest.fixture
 def make_run(db) -> Callable[..., str]:
-    """Start a run and drive it until it waits or ends. Kinds: waiting, failed, completed, step, sleeping."""
+    """Start a run and drive it until it waits or ends.
+
+    Kinds: waiting (for signal "go"), failed, completed, step (a dispatched step pending), sleeping,
+    pending (not run yet), query (sets event "stage", waits for update "approve"), source (completes;
+    dash_listener subscribes to it).
+    """
 
     def make(kind: str = "waiting", run_id: str | None = None, namespace: str | None = None, **kwargs: Any) -> str:
         workflow, data = {
@@ -92,6 +97,8 @@ def make_run(db) -> Callable[..., str]:
             "step": ("dash_step", 1),
             "sleeping": ("dash_sleep", None),
             "pending": ("dash_wait", {"n": 2}),
+            "query": ("dash_query", None),
+            "source": ("dash_source", None),
         }[kind]
         rid = durable.start(workflow, data, run_id=run_id, namespace=namespace, **kwargs)
         if kind == "step":

@@ -238,12 +238,16 @@ def test_retry_with_edited_input_redirects_to_new_run(admin_client, make_run):
     assert new.input == {"ok": True}
 
 
-def test_cancel_with_undo_until_built(admin_client, make_run):
+def test_cancel_with_undo_and_republish_from_detail(admin_client, make_run):
     run_id = make_run("waiting")
     response = admin_client.post(act(run_id, "cancel_compensate"), follow=True)
-    if "cancel_compensate" in operations.NOT_BUILT:
-        assert any("not available" in str(m) for m in response.context["messages"])
-        assert Run.objects.get(id=run_id).status == "suspended"
+    assert any("Cancel with undo (compensate): done" in str(m) for m in response.context["messages"])
+    from durable.testing import run_until_settled
+
+    assert run_until_settled(run_id).status == "cancelled"
+    source = make_run("source")
+    response = admin_client.post(act(source, "republish"), follow=True)
+    assert any("dash_listener" in str(m) for m in response.context["messages"])
 
 
 @pytest.mark.parametrize(
@@ -383,3 +387,22 @@ def test_namespace_grants_are_managed_in_the_admin(admin_client, viewer):
     )
     assert page.status_code == 302
     assert NamespaceGrant.objects.get().namespace == "team-a"
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        LIST + "?q=%00",
+        LIST + "?namespace=%00",
+        LIST + "?tag=a%00b",
+        "/admin/durable_dashboard/auditentry/?q=%00",
+        "/admin/durable_dashboard/auditentry/?action__exact=%00",
+    ],
+)
+def test_control_characters_in_admin_urls_are_not_a_500(admin_client, url):
+    assert admin_client.get(url).status_code in (200, 302)
+
+
+def test_control_characters_in_run_ids_are_404(admin_client):
+    assert admin_client.get("/admin/durable/run/%00/change/").status_code == 404
+    assert admin_client.post("/admin/durable/run/%00/act/requeue/").status_code == 404

@@ -189,7 +189,8 @@ def test_start_rejects_bad_input(api, operator, body, field):
     response = post(api(operator), f"{BASE}/runs/", body)
     assert response.status_code == 400, response.content
     data = response.json()
-    assert field in data or data.get("code") == field
+    assert field in data.get("errors", {}) or data["code"] == field
+    assert data["detail"]
     assert not Run.objects.exists()
 
 
@@ -353,11 +354,11 @@ def test_cancel_and_cancel_again(api, operator, make_run):
 def test_cancel_with_compensation(api, operator, make_run):
     run_id = make_run("waiting")
     response = post(api(operator), f"{BASE}/runs/{run_id}/cancel/", {"compensate": True})
-    if "cancel_compensate" in operations.NOT_BUILT:
-        assert response.status_code == 501 and response.json()["code"] == "not_implemented"
-        assert Run.objects.get(id=run_id).status == "suspended"
-    else:
-        assert response.status_code == 200
+    assert response.status_code == 200 and response.json()["result"] == {"cancelled": True}
+    from durable.testing import run_until_settled
+
+    assert run_until_settled(run_id).status == "cancelled"
+    assert AuditEntry.objects.get().action == "cancel_compensate"
 
 
 def test_requeue(api, operator, make_run):
@@ -389,20 +390,44 @@ def test_retry_with_input(api, operator, make_run):
     assert post(client, f"{BASE}/runs/{failed}/retry-with-input/", "nope").status_code == 400
 
 
-def test_update_events_republish_until_built(api, operator, make_run):
-    run_id = make_run("waiting")
+def test_update_is_validated_then_delivered(api, operator, make_run):
+    from durable.testing import run_until_settled
+
+    run_id = make_run("query")
     client = api(operator)
-    checks = [
-        ("update", post(client, f"{BASE}/runs/{run_id}/update/approve/", {"arg": 1})),
-        ("get_event", client.get(f"{BASE}/runs/{run_id}/events/progress/")),
-        ("republish", post(client, f"{BASE}/runs/{run_id}/republish/", {})),
-    ]
-    for feature, response in checks:
-        if feature in operations.NOT_BUILT:
-            assert response.status_code == 501, feature
-            assert "not available" in response.json()["detail"]
-        else:
-            assert response.status_code in (200, 400, 409), feature
+    refused = post(client, f"{BASE}/runs/{run_id}/update/approve/", {"arg": {"nobody": 1}})
+    assert refused.status_code == 400 and refused.json()["code"] == "update_rejected"
+    assert "needs 'by'" in refused.json()["detail"]
+    unknown = post(client, f"{BASE}/runs/{run_id}/update/explode/", {"arg": 1})
+    assert unknown.status_code == 400 and "accepts no update" in unknown.json()["detail"]
+    accepted = post(client, f"{BASE}/runs/{run_id}/update/approve/", {"arg": {"by": "ada"}})
+    assert accepted.status_code == 200 and accepted.json()["result"] == {"accepted": True}
+    assert run_until_settled(run_id).output == {"by": "ada"}
+    assert [e.ok for e in AuditEntry.objects.filter(action="update").order_by("id")] == [False, False, True]
+
+
+def test_events_are_read_with_view_permission(api, viewer, make_run):
+    run_id = make_run("query")
+    client = api(viewer)
+    response = client.get(f"{BASE}/runs/{run_id}/events/stage/")
+    assert response.status_code == 200
+    assert response.json() == {"run_id": run_id, "key": "stage", "value": "waiting for approval"}
+    missing = client.get(f"{BASE}/runs/{run_id}/events/nope/")
+    assert missing.status_code == 404 and missing.json()["code"] == "event_not_set"
+
+
+def test_republish_lifecycle_events(api, operator, make_run):
+    source = make_run("source")
+    from durable.testing import drive
+
+    drive()
+    response = post(api(operator), f"{BASE}/runs/{source}/republish/", {})
+    assert response.status_code == 200, response.content
+    assert "dash_listener" in response.json()["result"]["subscribers"]
+    assert Run.objects.filter(workflow="dash_listener").count() == 1  # never started twice
+    waiting = make_run("waiting")
+    quiet = post(api(operator), f"{BASE}/runs/{waiting}/republish/", {})
+    assert quiet.status_code == 200 and quiet.json()["result"] == {"subscribers": {}}
 
 
 def test_update_name_is_validated(api, operator, make_run):
@@ -476,24 +501,26 @@ def test_bulk_rejects_bad_bodies(api, operator, body):
 
 def test_bulk_signal_params_are_validated(api, operator):
     response = post(api(operator), f"{BASE}/runs/bulk/signal/", {"filter": {"status": "suspended"}, "params": {}})
-    assert response.status_code == 400 and "params" in response.json()
+    assert response.status_code == 400 and "params" in response.json()["errors"]
+    assert response.json()["detail"].startswith("Invalid request: params.name")
 
 
 def test_bulk_unknown_action_is_404(api, operator):
     assert post(api(operator), f"{BASE}/runs/bulk/explode/", {"filter": {"status": "failed"}}).status_code == 404
 
 
-def test_bulk_republish_and_compensate_until_built(api, operator, make_run):
-    make_run("waiting")
+def test_bulk_republish_and_cancel_with_compensation(api, operator, make_run):
+    waiting = make_run("waiting")
+    source = make_run("source")
     client = api(operator)
-    republish = post(client, f"{BASE}/runs/bulk/republish/", {"filter": {"status": "suspended"}})
-    compensate = post(
-        client, f"{BASE}/runs/bulk/cancel/", {"filter": {"status": "suspended"}, "params": {"compensate": True}}
-    )
-    if "republish" in operations.NOT_BUILT:
-        assert republish.status_code == 501
-    if "cancel_compensate" in operations.NOT_BUILT:
-        assert compensate.status_code == 501
+    republish = post(client, f"{BASE}/runs/bulk/republish/", {"filter": {"ids": [source]}})
+    assert republish.status_code == 200 and republish.json()["succeeded"] == 1
+    body = {"filter": {"ids": [waiting]}, "params": {"compensate": True}}
+    compensate = post(client, f"{BASE}/runs/bulk/cancel/", body)
+    assert compensate.status_code == 200 and compensate.json()["action"] == "cancel_compensate"
+    from durable.testing import run_until_settled
+
+    assert run_until_settled(waiting).status == "cancelled"
 
 
 # -- schema, docs, throttling ---------------------------------------------------------------
@@ -532,3 +559,47 @@ def test_throttling_is_configurable(api, viewer):
     assert codes == [200, 200, 200, 429]
     with override_settings(DURABLE_DASHBOARD={"THROTTLE_RATE": None}):
         assert client.get(f"{BASE}/workflows/").status_code == 200
+
+
+# -- text no database column can hold -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"workflow": "dash_wait", "input": "nul \\u0000 inside"}',
+        b'{"workflow": "dash_wait", "input": {"\\u0000": 1}}',
+        b'{"workflow": "dash_wait", "input": "lone \\ud800 surrogate"}',
+    ],
+)
+def test_unstorable_strings_are_400(api, operator, raw):
+    response = api(operator).post(f"{BASE}/runs/", raw, content_type="application/json")
+    assert response.status_code == 400 and response.json()["code"] == "parse_error"
+    assert not Run.objects.exists()
+
+
+def test_control_characters_in_urls_and_filters(api, operator, make_run):
+    run_id = make_run("waiting")
+    client = api(operator)
+    assert client.get(f"{BASE}/runs/%00/").status_code == 404
+    assert post(client, f"{BASE}/runs/{run_id}/update/%00/", {}).status_code == 404
+    assert client.get(f"{BASE}/runs/{run_id}/events/%00/").status_code == 404
+    assert client.get(f"{BASE}/runs/?workflow=%00").status_code == 400
+    assert client.get(f"{BASE}/runs/?q=%00").status_code == 400
+    assert client.get(f"{BASE}/no/such/path/").json() == {"detail": "Not found.", "code": "not_found"}
+
+
+def test_every_error_has_detail_and_code(api, operator, viewer, make_run):
+    run_id = make_run("completed")
+    answers = [
+        api().get(f"{BASE}/runs/"),
+        api(viewer).post(f"{BASE}/runs/{run_id}/cancel/"),
+        api(operator).get(f"{BASE}/runs/nope/"),
+        post(api(operator), f"{BASE}/runs/{run_id}/signal/", {"name": "go"}),
+        post(api(operator), f"{BASE}/runs/", {"workflow": 1}),
+        api(operator).post(f"{BASE}/runs/", b"{", content_type="application/json"),
+    ]
+    assert [a.status_code for a in answers] == [401, 403, 404, 409, 400, 400]
+    for answer in answers:
+        body = answer.json()
+        assert isinstance(body["detail"], str) and body["detail"] and isinstance(body["code"], str)

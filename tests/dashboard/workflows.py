@@ -54,3 +54,27 @@ def dash_order_v1(ctx: durable.WorkflowContext, data: Any) -> Any:
 @durable.workflow(name="dash_order", version=2, validate=validate_order)
 def dash_order_v2(ctx: durable.WorkflowContext, data: Any) -> Any:
     return data
+
+
+def approve_validator(value: Any) -> Any:
+    if not isinstance(value, dict) or "by" not in value:
+        raise ValueError("an approval needs 'by'")
+    return value
+
+
+@durable.workflow(name="dash_query", updates={"approve": approve_validator})
+def dash_query(ctx: durable.WorkflowContext) -> Any:
+    ctx.set_event("stage", "waiting for approval")
+    approval = ctx.wait_update("approve")
+    ctx.set_event("stage", "approved")
+    return approval
+
+
+@durable.workflow(name="dash_source")
+def dash_source(ctx: durable.WorkflowContext) -> str:
+    return "done"
+
+
+@durable.workflow(name="dash_listener", on_event=["run.completed:dash_source"])
+def dash_listener(ctx: durable.WorkflowContext, event: Any) -> Any:
+    return "heard"
