@@ -139,14 +139,47 @@ class DjangoStore:
             Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(locked_until=lease_until)
         )
 
-    def release(self, run_id: str, owner: str, now: datetime, wake_at: datetime, count_recovery: bool) -> bool:
-        """Hand a running run back (suspended, due at ``wake_at``) without an outcome."""
+    def release(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        wake_at: datetime,
+        count_recovery: bool,
+        max_attempts: int | None = None,
+    ) -> str | None:
+        """Hand a running run back (suspended, due at ``wake_at``) without an outcome.
+
+        With ``count_recovery`` the handback counts as a recovery; past
+        ``max_attempts`` the run goes ``dead`` instead. Returns the status
+        written, or None when the lease was no longer ours.
+        """
+        mine = Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner)
+        if count_recovery and max_attempts is not None:
+            dead = mine.filter(recovery_attempts__gte=max_attempts).update(
+                status=RunStatus.DEAD,
+                error={
+                    "message": f"the run's turn failed {max_attempts + 1} times in a row; giving up",
+                    "code": "max_recovery_attempts",
+                    "retryable": False,
+                    "type": "Dead",
+                    "traceback": None,
+                },
+                recovery_attempts=F("recovery_attempts") + 1,
+                finished_at=now,
+                updated_at=now,
+                wake_at=None,
+                locked_by=None,
+                locked_until=None,
+            )
+            if dead:
+                return RunStatus.DEAD
         fields: dict[str, Any] = dict(
             status=RunStatus.SUSPENDED, wake_at=wake_at, locked_by=None, locked_until=None, updated_at=now
         )
         if count_recovery:
             fields["recovery_attempts"] = F("recovery_attempts") + 1
-        return bool(Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(**fields))
+        return RunStatus.SUSPENDED if mine.update(**fields) else None
 
     def block(self, run_id: str, owner: str, now: datetime, reason: dict[str, Any]) -> bool:
         return bool(
@@ -202,7 +235,9 @@ class DjangoStore:
                     fields.update(locked_until=lease_until, updated_at=now)
                 else:
                     fields.update(status=outcome.status, updated_at=now, locked_by=None, locked_until=None)
-                    if outcome.status == RunStatus.SUSPENDED:
+                    if outcome.status == RunStatus.SUSPENDED and outcome.cancel_seen:
+                        fields["wake_at"] = outcome.wake_at
+                    elif outcome.status == RunStatus.SUSPENDED:
                         # A cancel-with-undo that arrived during the turn must not wait for the timer.
                         fields["wake_at"] = Case(
                             When(cancel_requested=True, then=Value(now)),
@@ -249,6 +284,11 @@ class DjangoStore:
 
     def _already_there(self, run_id: str, waiters: list[Waiter]) -> bool:
         """Did what these waiters wait for happen before they were registered?"""
+        # An event delivered while the turn ran settles the checkpoint directly.
+        if Checkpoint.objects.filter(
+            run_id=run_id, seq__in=[w.seq for w in waiters], status__in=(CP_STATUS.COMPLETED, CP_STATUS.FAILED)
+        ).exists():
+            return True
         signals = [w.token for w in waiters if not w.token.startswith((RUN_TOKEN, EVENT_TOKEN))]
         if signals and BufferedSignal.objects.filter(run_id=run_id, name__in=signals).exists():
             return True
@@ -926,9 +966,10 @@ class DjangoStore:
                 locked_until=None,
             )
             return "dead" if dead else None
-        if not mine.update(recovery_attempts=attempts, updated_at=now):
+        if not mine.update(recovery_attempts=attempts, turns=F("turns") + 1, updated_at=now):
             return None
         row.recovery_attempts = attempts
+        row.turns += 1
         return _run_record(row)
 
     def overdue_runs(self, now: datetime, limit: int) -> list[str]:

@@ -341,15 +341,6 @@ def fail_once(
 DB_DOWN = OperationalError("server closed the connection unexpectedly")
 
 
-ORPHAN_FIRST_TURN_BUG = (
-    "BUG: orphan recovery of a run that died in its FIRST turn replays without its history: "
-    "engine/turn.py run_turn skips store.load_checkpoints when run.turns == 1, and "
-    "store.recover_orphan hands over the run record without counting a turn, so work "
-    "committed before the crash (start_child, ctx.transaction, flushed local steps) is "
-    "executed again and its checkpoint insert then hits the (run, seq) unique constraint"
-)
-
-
 # -- 1. between starting a child and recording it --------------------------------------------
 
 
@@ -415,7 +406,6 @@ def test_crash_around_child_creation_leaves_exactly_one_child(monkeypatch, crash
     assert_one_checkpoint_per_seq()
 
 
-@pytest.mark.xfail(strict=True, reason=ORPHAN_FIRST_TURN_BUG)
 def test_process_dying_after_start_child_committed_starts_no_second_child():
     """start_child's record and the child commit in the flush before the next local step;
     the process dies inside that step: replay returns the recorded id, no new child."""
@@ -437,24 +427,12 @@ def test_process_dying_after_start_child_committed_starts_no_second_child():
     assert_one_checkpoint_per_seq()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ctx.wait_for_run(id) right after ctx.start_child(...) in the same turn raises "
-    "RunNotFound: the child is only queued in turn.writes.new_runs, and CompositionOps._settled "
-    "asks the database (turn.resolve_run) before anything was flushed",
-)
 def test_start_child_then_wait_for_it_in_the_same_turn():
     run = run_until_settled(durable.start(cfx_start_then_wait, 2, run_id="sw"))
     assert (run.status, run.output) == ("completed", 20), run.error
     assert Run.objects.filter(parent_id="sw").count() == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: ctx.child(wf, run_id=id) joining a child started by ctx.start_child in the same "
-    "turn queues the child's creation twice (CompositionOps._child -> _create_child); "
-    "store._insert_runs bulk-creates both rows -> IntegrityError, every turn is abandoned",
-)
 def test_start_child_then_join_it_in_the_same_turn():
     with fake_clock() as clock:
         run_id = durable.start(cfx_start_then_join, 2, run_id="sj")
@@ -616,7 +594,7 @@ def test_cancel_with_undo_survives_a_dead_undo_worker_and_a_killed_turn(monkeypa
         durable.start(cfx_saga, {"amount": 3, "what": "chair", "hang": True}, run_id=run_id)
         assert run_until_settled(run_id).status == "suspended"  # waiting on a signal that never comes
         assert durable.cancel(run_id, compensate=True) is True
-        # One turn by hand (run_until_settled would spin here: see the xfail test below).
+        # One turn by hand, to observe the undo step in flight.
         assert engine.run_turn(run_id) == "suspended"
         assert len(claimed) == 1  # refund dispatched, its worker died
         assert checkpoints(run_id)[2:] == [(3, "signal", "never", "failed"), (4, "step", "cfx_refund", "running")]
@@ -635,13 +613,6 @@ def test_cancel_with_undo_survives_a_dead_undo_worker_and_a_killed_turn(monkeypa
     assert_one_checkpoint_per_seq()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: while a cancel-with-undo waits for a dispatched undo step, every turn re-stamps "
-    "wake_at=now (store.commit: Case(When(cancel_requested=True, then=now)) applies to every "
-    "suspension of a run with cancel_requested, not only to a cancel that landed during the "
-    "turn), so the run replays on every sweep tick until the undo finishes",
-)
 def test_cancel_with_undo_waiting_on_a_dispatched_undo_is_not_rerun_every_tick(monkeypatch, turns):
     run_id = "saga-cancel-idle"
     claimed = _dead_worker_claims_refund(monkeypatch, run_id)
@@ -776,13 +747,6 @@ def test_waiter_registering_while_the_event_is_published_is_woken_once():
     assert_one_checkpoint_per_seq()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: an event delivered to a run while the run is mid-turn (reconcile turn, waiter "
-    "already registered) is written straight into its checkpoint, but store.wake skips a "
-    "running run and store._already_there only looks at unconsumed BufferedEvents: the turn "
-    "re-registers a waiter for a completed checkpoint and sleeps until the next reconcile",
-)
 def test_event_delivered_during_a_reconcile_turn_is_not_left_to_the_next_reconcile(monkeypatch):
     with override_settings(DURABLE=NO_RECONCILE), fake_clock() as clock:
         engine = get_engine()
@@ -980,7 +944,7 @@ def _commit_records_transaction(run_id, owner, now, lease_until, writes, outcome
     "crash",
     [
         "checkpoint_write_fails",
-        pytest.param("died_after_commit", marks=pytest.mark.xfail(strict=True, reason=ORPHAN_FIRST_TURN_BUG)),
+        "died_after_commit",
     ],
 )
 def test_crash_around_a_database_transaction_applies_its_write_once(monkeypatch, crash):

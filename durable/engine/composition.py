@@ -139,6 +139,8 @@ class CompositionOps(ContextBase):
     def _create_child(self, workflow: Any, input: Any, child_id: str) -> dict[str, Any] | None:
         """Queue the child's creation in the turn's next commit; an error record if it cannot start."""
         turn = self._turn
+        if turn.creating(child_id):
+            return None  # started earlier in this turn (start_child, then joined)
         try:
             wf = resolve_workflow(workflow)
             value = clean_input(wf, input, turn.engine.settings.max_payload_bytes)
@@ -190,6 +192,10 @@ class CompositionOps(ContextBase):
     def _settled(self, seq: int, name: str, kind: str, run_id: str) -> tuple[Literal["done", "failed", "pending"], Any]:
         """Look at the run a pending checkpoint waits for; record its outcome once it has one."""
         turn = self._turn
+        if turn.creating(run_id):
+            # Started in this very turn: it exists once this turn commits, and cannot be done yet.
+            turn.wait_on(RUN_TOKEN + run_id, seq)
+            return "pending", run_id
         final = turn.resolve_run(run_id)
         if final is None:
             raise RunNotFound(f"no run with id {run_id!r}")

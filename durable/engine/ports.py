@@ -103,6 +103,8 @@ class Outcome:
     woken: list[str] = field(default_factory=list)
     # The run had a pending wait when the turn began (so waiter rows may exist).
     had_waiters: bool = True
+    # The turn already ran in cancel-with-undo mode (no need to wake it again at once).
+    cancel_seen: bool = False
     # Terminal outcomes: the subscribers the lifecycle event is owed to ({"owed": [...]}).
     lifecycle: dict[str, Any] | None = None
 
@@ -158,7 +160,15 @@ class Store(Protocol):
         outcome: Outcome | None = None,
     ) -> bool: ...
     def renew_lease(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> bool: ...
-    def release(self, run_id: str, owner: str, now: datetime, wake_at: datetime, count_recovery: bool) -> bool: ...
+    def release(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        wake_at: datetime,
+        count_recovery: bool,
+        max_attempts: int | None = None,
+    ) -> str | None: ...
     def block(self, run_id: str, owner: str, now: datetime, reason: dict[str, Any]) -> bool: ...
     def next_signal(self, run_id: str, name: str, skip: list[int]) -> tuple[int, Any] | None: ...
     def claim_step(

@@ -145,6 +145,10 @@ class Turn:
         found: RunRecord | None = self._guard(lambda: self.engine.store.resolve_run(run_id))
         return found
 
+    def creating(self, run_id: str) -> bool:
+        """Is ``run_id`` a run this turn started and has not committed yet?"""
+        return any(fields["id"] == run_id for fields in self.writes.new_runs)
+
     def wait_on(self, token: str, seq: int, match: dict[str, Any] | None = None) -> None:
         self.waiters.append(Waiter(token, seq, match))
 
@@ -208,7 +212,7 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
     hold = None
     try:
         # A run's first turn has no history to read.
-        checkpoints = {} if run.turns == 1 else store.load_checkpoints(run.id)
+        checkpoints = {} if (acquired is None and run.turns == 1) else store.load_checkpoints(run.id)
         turn = Turn(engine, run, checkpoints)
         hold = engine.keeper.hold(
             engine.settings.lease / 3,
@@ -228,6 +232,7 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
             hold.release()
 
     done = clock.now()
+    outcome.cancel_seen = turn.cancel_pending
     outcome.had_waiters = any(cp.kind in WAIT_KINDS and cp.status == "pending" for cp in turn.loaded)
     outcome.notify = [RUN_TOKEN + run.id] + ([RUN_TOKEN + run.retry_of] if run.retry_of else [])
     if outcome.status in ("completed", "failed") and outcome.next_run is None:
@@ -376,7 +381,12 @@ def _abandon(engine: Engine, run_id: str, exc: BaseException) -> str:
     logger.warning("turn of %s abandoned: %s", run_id, exc, exc_info=exc)
     now = clock.now()
     try:
-        engine.store.release(run_id, engine.owner, now, now + FAULT_RETRY, True)
+        status = engine.store.release(
+            run_id, engine.owner, now, now + FAULT_RETRY, True, engine.settings.max_recovery_attempts
+        )
+        if status == "dead":
+            logger.error("run %s dead-lettered: its turn keeps failing (%s)", run_id, exc)
+            engine.store.notify_settled(run_id, now)
     except Exception:
         # The lease will expire and the orphan sweep will take the run.
         logger.warning("could not release %s after a fault", run_id, exc_info=True)
