@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -100,6 +101,22 @@ def report(request: HttpRequest, action: str, outcomes: list[operations.Outcome]
         messages.warning(request, f"{label}: no run selected.")
 
 
+def previous_in_chain(run_id: str) -> list[str]:
+    """The id a continue-as-new predecessor of ``run_id`` would have (``x`` for ``x~1``, ``x~1`` for ``x~2``)."""
+    base, _, counter = run_id.rpartition("~")
+    if not base or not counter.isdigit():
+        return []
+    number = int(counter)
+    return [base] if number <= 1 else [f"{base}~{number - 1}"]
+
+
+class RunChangeList(ChangeList):
+    """The run list loads only the columns it shows (never the JSON payloads)."""
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Run]:
+        return super().get_queryset(request, exclude_parameters).only(*LIST_FIELDS)
+
+
 def _bulk_action(action: str) -> Any:
     def run_action(modeladmin: RunAdmin, request: HttpRequest, queryset: QuerySet[Run]) -> Any:
         return modeladmin.bulk(request, queryset, action)
@@ -121,7 +138,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, admin.ModelAdmin):
         UpdatedFilter,
     )
     search_fields = ("id",)
-    search_help_text = "Exact run id, workflow name or tag."
+    search_help_text = "An exact run id, else a workflow name, else a tag."
     ordering = ("-created_at",)
     sortable_by = ("id", "created_at")
     show_full_result_count = False
@@ -139,6 +156,9 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, admin.ModelAdmin):
         return search(queryset, search_term), False
 
     # -- list columns -------------------------------------------------------------------
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return RunChangeList
+
     def get_changelist_instance(self, request: HttpRequest) -> Any:
         cl = super().get_changelist_instance(request)
         cl.durable_capped = getattr(cl.paginator, "is_capped", False)
@@ -197,7 +217,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, admin.ModelAdmin):
         continued_to_id = getattr(run, "continued_to", None)
         continued_to = visible.filter(id=continued_to_id).only(*LIST_FIELDS).first() if continued_to_id else None
         continued_from = (
-            visible.filter(continued_to=run.id).only(*LIST_FIELDS).first() if hasattr(run, "continued_to") else None
+            visible.filter(id__in=previous_in_chain(run.id), continued_to=run.id).only(*LIST_FIELDS).first()
         )
         now = clock.now()
         error = run.error if isinstance(run.error, dict) else None

@@ -4,8 +4,9 @@
                              :class:`~durable_dashboard.models.NamespaceGrant`
                              sees no runs at all (instead of every namespace).
 ``BULK_LIMIT``               1000. Most runs one bulk action may touch.
-``COUNT_LIMIT``              10000. The run list counts filtered rows up to this
-                             bound (then shows "10000+"), never the whole table.
+``COUNT_LIMIT``              1000. The admin run list counts filtered rows up to
+                             this bound (so pages past it are not offered), never
+                             the whole table.
 ``SUMMARY_CACHE_SECONDS``    30. How long the summary page's aggregates are cached.
 ``THROTTLE_RATE``            "1000/minute". API requests per user (``None``: off).
 """
@@ -19,7 +20,7 @@ from django.conf import settings
 DEFAULTS: dict[str, Any] = {
     "REQUIRE_NAMESPACE_GRANT": False,
     "BULK_LIMIT": 1000,
-    "COUNT_LIMIT": 10000,
+    "COUNT_LIMIT": 1000,
     "SUMMARY_CACHE_SECONDS": 30,
     "THROTTLE_RATE": "1000/minute",
 }

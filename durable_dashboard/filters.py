@@ -12,7 +12,7 @@ import re
 
 import django_filters
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 
 from durable.models import Run, RunStatus
 
@@ -35,14 +35,23 @@ def with_tag(queryset: QuerySet[Run], tag: str) -> QuerySet[Run]:
 
 
 def search(queryset: QuerySet[Run], term: str) -> QuerySet[Run]:
-    """Exact match on run id, workflow name or tag (each an indexed lookup on PostgreSQL)."""
+    """The run with that exact id; else the runs of that workflow; else the runs with that tag.
+
+    One category at a time, so each is a single indexed lookup (an ``OR`` across the
+    three would scan the whole table).
+    """
     term = term.strip()
     if not term:
         return queryset
     if not storable(term):
         return queryset.none()
-    by_field = queryset.filter(Q(id=term) | Q(workflow=term))
-    return by_field | with_tag(queryset, term)
+    by_id = queryset.filter(id=term)
+    if by_id.exists():
+        return by_id
+    by_workflow = queryset.filter(workflow=term)
+    if by_workflow.exists():
+        return by_workflow
+    return with_tag(queryset, term)
 
 
 class StatusInFilter(django_filters.BaseInFilter, django_filters.ChoiceFilter):
@@ -68,7 +77,9 @@ class RunFilter(django_filters.FilterSet):
     created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
     updated_after = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="gte")
     updated_before = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="lt")
-    q = django_filters.CharFilter(method="filter_search", max_length=255, help_text="Exact run id, workflow or tag.")
+    q = django_filters.CharFilter(
+        method="filter_search", max_length=255, help_text="An exact run id, else a workflow name, else a tag."
+    )
 
     class Meta:
         model = Run

@@ -406,3 +406,24 @@ def test_control_characters_in_admin_urls_are_not_a_500(admin_client, url):
 def test_control_characters_in_run_ids_are_404(admin_client):
     assert admin_client.get("/admin/durable/run/%00/change/").status_code == 404
     assert admin_client.post("/admin/durable/run/%00/act/requeue/").status_code == 404
+
+
+def test_detail_shows_continue_as_new_lineage(admin_client):
+    from durable.testing import run_until_settled
+
+    first = durable.start("dash_chain", 0, run_id="chain")
+    run_until_settled(first)
+    run_until_settled("chain~1")
+    assert run_until_settled("chain~2").output == 2
+    middle = admin_client.get(detail("chain~1"))
+    assert middle.context["continued_from"].id == "chain"
+    assert middle.context["continued_to"].id == "chain~2"
+    assert admin_client.get(detail("chain")).context["continued_from"] is None
+
+
+def test_previous_in_chain():
+    from durable_dashboard.admin import previous_in_chain
+
+    assert previous_in_chain("a~1") == ["a"]
+    assert previous_in_chain("a~3") == ["a~2"]
+    assert previous_in_chain("a") == [] and previous_in_chain("a~retry~ff") == []

@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import User
+from django.db import connections
 
 import durable
 from durable.models import Run
@@ -47,7 +50,19 @@ def browser_page(monkeypatch):
         try:
             yield page
         finally:
+            # The test's own queries ran while Playwright's loop was current, on connections
+            # pytest-django does not close; close them so the test database can be dropped.
+            connections.close_all()
             browser.close()
+    _wait_for_request_threads()
+
+
+def _wait_for_request_threads(timeout: float = 10.0) -> None:
+    """Let the live server's keep-alive request threads end (and close their database connections)."""
+    deadline = time.monotonic() + timeout
+    for thread in threading.enumerate():
+        if "process_request_thread" in thread.name:
+            thread.join(max(deadline - time.monotonic(), 0))
 
 
 def test_operator_filters_inspects_requeues_and_cancels(transactional_db, live_server, browser_page):

@@ -78,3 +78,10 @@ def dash_source(ctx: durable.WorkflowContext) -> str:
 @durable.workflow(name="dash_listener", on_event=["run.completed:dash_source"])
 def dash_listener(ctx: durable.WorkflowContext, event: Any) -> Any:
     return "heard"
+
+
+@durable.workflow(name="dash_chain")
+def dash_chain(ctx: durable.WorkflowContext, n: int) -> int:
+    if n < 2:
+        ctx.continue_as_new(n + 1)
+    return n
