@@ -166,7 +166,7 @@ class Checkpoint(models.Model):
     events = models.JSONField(default=list, blank=True)
 
     class Meta:
-        ordering = ("run", "seq")
+        ordering = ("run_id", "seq")
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="durable_checkpoint_run_seq")]
         indexes = [
             # dispatched steps to (re)deliver, retries due, expired step leases

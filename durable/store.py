@@ -273,22 +273,27 @@ class DjangoStore:
         waited = writes.consumed_signals or any(w.record.kind in WAIT_KINDS for w in writes.checkpoints)
         if waiters or waited or outcome.had_waiters:
             SignalWaiter.objects.filter(run_id=run_id).delete()
-        if not waiters:
+        if waiters:
+            SignalWaiter.objects.bulk_create(
+                [SignalWaiter(run_id=run_id, name=w.token, seq=w.seq, match=w.match, created_at=now) for w in waiters]
+            )
+        if outcome.status != RunStatus.SUSPENDED:
             return
-        SignalWaiter.objects.bulk_create(
-            [SignalWaiter(run_id=run_id, name=w.token, seq=w.seq, match=w.match, created_at=now) for w in waiters]
+        # A step result or event that settled a checkpoint while the turn ran (we hold the run
+        # row, which finish_step takes first) would otherwise wait for the reconcile.
+        watched = [w.seq for w in waiters] + outcome.step_seqs
+        settled = (
+            watched
+            and Checkpoint.objects.filter(
+                run_id=run_id, seq__in=watched, status__in=(CP_STATUS.COMPLETED, CP_STATUS.FAILED)
+            ).exists()
         )
-        if self._already_there(run_id, waiters):
+        if settled or (waiters and self._already_there(run_id, waiters)):
             Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now)
             outcome.wake_at = now
 
     def _already_there(self, run_id: str, waiters: list[Waiter]) -> bool:
         """Did what these waiters wait for happen before they were registered?"""
-        # An event delivered while the turn ran settles the checkpoint directly.
-        if Checkpoint.objects.filter(
-            run_id=run_id, seq__in=[w.seq for w in waiters], status__in=(CP_STATUS.COMPLETED, CP_STATUS.FAILED)
-        ).exists():
-            return True
         signals = [w.token for w in waiters if not w.token.startswith((RUN_TOKEN, EVENT_TOKEN))]
         if signals and BufferedSignal.objects.filter(run_id=run_id, name__in=signals).exists():
             return True
@@ -805,9 +810,12 @@ class DjangoStore:
         timeout_of: Callable[[str], float | None] = lambda name: None,
     ) -> StepClaim | None:
         with transaction.atomic():
+            # Lock the checkpoint row only (no join to the run for ordering): the run row is
+            # locked first everywhere else, and this must not take it in the other order.
             row = (
-                Checkpoint.objects.select_for_update()
+                Checkpoint.objects.select_for_update(of=("self",))
                 .filter(run_id=run_id, seq=seq, kind="step")
+                .order_by()
                 .values("id", "name", "status", "input", "attempts", "retry_at")
                 .first()
             )

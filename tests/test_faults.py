@@ -114,12 +114,6 @@ def concurrently(n: int, fn: Callable[[int], Any]) -> list[Any]:
     return results
 
 
-BUG_FIRST_TURN = (
-    "BUG: the recovered turn of a run whose crashed turn was its first skips reading the history "
-    "(engine/turn.py run_turn: `checkpoints = {} if run.turns == 1`; store.recover_orphan does not bump "
-    "`turns`): completed step A runs again, its insert collides on (run, seq), and the turn is abandoned "
-    "as a second recovery"
-)
 NAP = [(1, "sleep", "sleep", "completed")]  # the sleep that ends a run's first turn (``nap``)
 
 
@@ -238,9 +232,7 @@ def spawn_worker(tmp_path: Path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "turn", [pytest.param("first", marks=pytest.mark.xfail(strict=True, reason=BUG_FIRST_TURN)), "later"]
-)
+@pytest.mark.parametrize("turn", ["first", "later"])
 def test_worker_killed_mid_step_is_recovered_once_and_reruns_only_that_step(tmp_path, spawn_worker, turn):
     """SIGKILL while step B runs in the run's first turn, or in a later one (after a short sleep)."""
     log, release = tmp_path / "exec.log", tmp_path / "release"
@@ -538,7 +530,6 @@ def test_racing_sweepers_recover_an_orphan_exactly_once(tmp_path, monkeypatch):
     assert_one_checkpoint_per_seq("orphan-race", 4)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_FIRST_TURN)
 def test_recovering_a_crashed_first_turn_replays_its_recorded_step(tmp_path):
     with fake_clock() as clock:
         log, row = orphan_three_locals(tmp_path, "first-turn-crash", clock, first_turn=True)
@@ -614,15 +605,7 @@ def _assert_stays_cancelled(run_id: str, log: str, clock: Any, before: list[Any]
     [
         "before_sweep",
         "after_orphan_listing",
-        pytest.param(
-            "after_lease_taken",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="BUG: a turn starts a local step without confirming its lease; a cancel "
-                "committed after the recovery took the lease still lets step B run once more "
-                "(engine/context.py local_step: turn.flush() is a no-op when nothing is deferred)",
-            ),
-        ),
+        "after_lease_taken",
     ],
 )
 def test_cancel_racing_orphan_recovery_wins_and_no_step_runs(tmp_path, monkeypatch, moment):
@@ -905,12 +888,6 @@ def _activity() -> str:
         return "\n".join(map(str, cur.fetchall()))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: store.claim_step's SELECT ... FOR UPDATE joins durable_run (Checkpoint.Meta.ordering "
-    "('run', 'seq') orders by Run.created_at) and locks the run row after the checkpoint row, the reverse "
-    "of finish_step's order: a duplicate delivery racing a step result deadlocks",
-)
 def test_duplicate_delivery_racing_the_step_result_does_not_deadlock(tmp_path, monkeypatch):
     """Forced interleaving: the result holds the run row; a re-delivery claims meanwhile."""
     log = tmp_path / "exec.log"
@@ -962,12 +939,6 @@ def test_duplicate_delivery_racing_the_step_result_does_not_deadlock(tmp_path, m
     assert_one_checkpoint_per_seq(run_id, 2)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a step result that lands while the run is mid-turn does not wake it; the turn "
-    "commits 'suspended' on its stale snapshot and the run sleeps until the reconcile "
-    "(store.finish_step returns False for a running run; store.commit does not re-check awaited steps)",
-)
 def test_step_result_landing_during_a_turn_is_not_left_to_the_reconcile(tmp_path, monkeypatch):
     log = tmp_path / "exec.log"
     engine = get_engine()

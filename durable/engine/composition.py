@@ -266,6 +266,7 @@ class CompositionOps(ContextBase):
                 elif cp.status == FAILED:
                     failures.append((index, cp.error or {}))
                 else:
+                    self._turn.step_seqs.append(seq)
                     unfinished.append((seq, "step", sd.name, None))
             elif isinstance(op, ChildCall):
                 state, value = self._child(op)

@@ -122,8 +122,9 @@ class WorkflowContext(CompositionOps, ContextBase):
                 raise self._suspend(cp.wake_at)
             attempts = cp.attempts
         turn = self._turn
-        # Values recorded so far in this turn must be durable before a side effect uses them.
-        turn.flush()
+        # Values recorded so far in this turn must be durable before a side effect uses them,
+        # and the run must still be ours (not cancelled meanwhile).
+        turn.confirm_lease()
         attempt = attempts + 1
         started = clock.now()
         try:
@@ -196,6 +197,7 @@ class WorkflowContext(CompositionOps, ContextBase):
                 return cp.output
             if cp.status == FAILED:
                 raise StepFailed(sd.name, seq, cp.error or {}, cp.attempts)
+            self._turn.step_seqs.append(seq)
             raise self._suspend(event=True)
         self._dispatch_step(seq, sd, args, kwargs)
         raise self._suspend(event=True)

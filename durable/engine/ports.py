@@ -105,6 +105,8 @@ class Outcome:
     had_waiters: bool = True
     # The turn already ran in cancel-with-undo mode (no need to wake it again at once).
     cancel_seen: bool = False
+    # Positions of dispatched steps (already in flight) the run is suspended on.
+    step_seqs: list[int] = field(default_factory=list)
     # Terminal outcomes: the subscribers the lifecycle event is owed to ({"owed": [...]}).
     lifecycle: dict[str, Any] | None = None
 

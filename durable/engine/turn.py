@@ -67,6 +67,8 @@ class Turn:
         # The history as loaded (before this turn's writes).
         self.loaded = list(checkpoints.values())
         self.nondeterminism: NonDeterminismError | None = None
+        # Dispatched steps already in flight that this turn waits on.
+        self.step_seqs: list[int] = []
         self._wakes: list[datetime] = []
         self._event_wait = False
         self._after_commit: list[Callable[[], None]] = []
@@ -91,6 +93,23 @@ class Turn:
 
     def after_commit(self, fn: Callable[[], None]) -> None:
         self._after_commit.append(fn)
+
+    def confirm_lease(self) -> None:
+        """Check (and renew) the lease before a side effect when there is nothing to flush.
+
+        A cancel that landed since the turn began then stops the turn before the
+        side effect, instead of after it.
+        """
+        if self.writes:
+            self.flush()
+            return
+        self.check_lease()
+        now = clock.now()
+        if not self._guard(
+            lambda: self.engine.store.renew_lease(self.run.id, self.engine.owner, now, self.lease_until(now))
+        ):
+            self.mark_lost()
+            raise LeaseLost()
 
     def flush(self) -> None:
         """Commit deferred writes now (renewing the lease in the same statement)."""
@@ -301,7 +320,7 @@ def _execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
         return Outcome("completed", output=output)
     except Suspend:
         now = clock.now()
-        return Outcome("suspended", wake_at=turn.next_wake(now), waiters=turn.waiters)
+        return Outcome("suspended", wake_at=turn.next_wake(now), waiters=turn.waiters, step_seqs=turn.step_seqs)
     except Blocked as blocked:
         return Outcome("blocked", error=blocked.reason)
 
