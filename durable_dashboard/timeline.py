@@ -14,8 +14,10 @@ from typing import Any
 
 from durable.models import ACTIVE, Checkpoint, Run
 
+# Waiter tokens other than plain signal names (see durable.models.SignalWaiter).
 RUN_TOKEN = "__run__:"
 EVENT_TOKEN = "__event__:"
+UPDATE_TOKEN = "__update__:"
 
 
 def pretty(value: Any) -> str:
@@ -158,6 +160,8 @@ def waiting_on(
             items.append({"kind": "run", "what": name[len(RUN_TOKEN) :], "due": None, "seq": waiter.seq})
         elif name.startswith(EVENT_TOKEN):
             items.append({"kind": "event", "what": name[len(EVENT_TOKEN) :], "due": None, "seq": waiter.seq})
+        elif name.startswith(UPDATE_TOKEN):
+            items.append({"kind": "update", "what": name[len(UPDATE_TOKEN) :], "due": None, "seq": waiter.seq})
         else:
             items.append({"kind": "signal", "what": name, "due": None, "seq": waiter.seq})
     for cp in checkpoints:

@@ -427,3 +427,16 @@ def test_previous_in_chain():
     assert previous_in_chain("a~1") == ["a"]
     assert previous_in_chain("a~3") == ["a~2"]
     assert previous_in_chain("a") == [] and previous_in_chain("a~retry~ff") == []
+
+
+def test_detail_shows_waiting_on_a_child_and_an_update(admin_client, make_run):
+    from durable.testing import run_until_settled
+
+    parent = durable.start("dash_parent", run_id="dash-parent")
+    run_until_settled(parent)
+    page = admin_client.get(detail(parent))
+    assert ("run", "dash-child") in [(w["kind"], w["what"]) for w in page.context["waiting_on"]]
+    assert [c.id for c in page.context["children"]] == ["dash-child"]
+    assert admin_client.get(detail("dash-child")).context["parent"].id == parent
+    query = admin_client.get(detail(make_run("query")))
+    assert [(w["kind"], w["what"]) for w in query.context["waiting_on"]] == [("update", "approve")]

@@ -85,3 +85,8 @@ def dash_chain(ctx: durable.WorkflowContext, n: int) -> int:
     if n < 2:
         ctx.continue_as_new(n + 1)
     return n
+
+
+@durable.workflow(name="dash_parent")
+def dash_parent(ctx: durable.WorkflowContext) -> Any:
+    return ctx.child(dash_wait, {"n": 3}, run_id="dash-child")
