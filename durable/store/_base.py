@@ -1,0 +1,104 @@
+"""Shared plumbing of the store: records, run insertion, waking waiters, cancellation trees."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import connection, transaction
+
+from durable.engine.ports import (
+    CheckpointRecord,
+    RunRecord,
+)
+from durable.models import (
+    ACTIVE,
+    CheckpointStatus,
+    Run,
+    RunStatus,
+    SignalWaiter,
+)
+
+CP_STATUS = CheckpointStatus
+# Failed checkpoints that a requeue resets so they run again.
+RESETTABLE = ("step", "local", "child", "transaction")
+
+
+class _LeaseGone(Exception):
+    """Rolls a commit back when the lease compare-and-set matched nothing."""
+
+
+def _matches(match: dict[str, Any] | None, payload: Any) -> bool:
+    """``match`` is a subset of ``payload`` (every key present with an equal value)."""
+    if not match:
+        return True
+    return isinstance(payload, dict) and all(k in payload and payload[k] == v for k, v in match.items())
+
+
+_RUN_FIELDS = [f.name for f in Run._meta.concrete_fields]
+_CP_FIELDS = list(CheckpointRecord.__dataclass_fields__)
+
+
+def _run_record(row: Run) -> RunRecord:
+    return RunRecord(**{name: getattr(row, name) for name in RunRecord.__dataclass_fields__})
+
+
+def _cp_record(row: dict[str, Any]) -> CheckpointRecord:
+    return CheckpointRecord(**{name: row[name] for name in _CP_FIELDS})
+
+
+class StoreBase:
+    """Helpers shared by the store's parts."""
+
+    def atomic(self) -> Any:
+        """A database transaction (``ctx.transaction`` wraps user writes and a checkpoint in it)."""
+        return transaction.atomic()
+
+    def _insert_runs(self, rows: list[dict[str, Any]]) -> list[str]:
+        """Insert runs that do not exist yet (idempotent on id); return the ids created."""
+        ids = [row["id"] for row in rows]
+        existing = set(Run.objects.filter(id__in=ids).values_list("id", flat=True))
+        new = [Run(**row) for row in rows if row["id"] not in existing]
+        Run.objects.bulk_create(new)
+        return [run.id for run in new]
+
+    def _lock_event(self, name: str) -> None:
+        """Serialise publishers and waiters of one event name (PostgreSQL; SQLite serialises all writes)."""
+        if connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["durable-event:" + name])
+
+    def _wake_waiters(self, tokens: list[str], now: datetime) -> list[str]:
+        """Wake the suspended runs waiting on any of ``tokens``; return their ids."""
+        ids = list(SignalWaiter.objects.filter(name__in=tokens).values_list("run_id", flat=True).distinct())
+        if not ids:
+            return []
+        Run.objects.filter(id__in=ids, status=RunStatus.SUSPENDED).update(wake_at=now)
+        return ids
+
+    def _subtree(self, roots: list[str]) -> list[str]:
+        """``roots`` and all their active descendants (children, grandchildren...)."""
+        found = list(roots)
+        frontier = list(roots)
+        while frontier:
+            frontier = list(Run.objects.filter(parent_id__in=frontier, status__in=ACTIVE).values_list("id", flat=True))
+            frontier = [rid for rid in frontier if rid not in found]
+            found += frontier
+        return found
+
+    def _cancel_tree(self, roots: list[str], now: datetime) -> list[str]:
+        """Cancel ``roots`` and their active descendants; return the ids cancelled."""
+        if not roots:
+            return []
+        tree = self._subtree(roots)
+        ids = list(Run.objects.filter(id__in=tree, status__in=ACTIVE).values_list("id", flat=True))
+        Run.objects.filter(id__in=ids, status__in=ACTIVE).update(
+            status=RunStatus.CANCELLED,
+            finished_at=now,
+            updated_at=now,
+            wake_at=None,
+            locked_by=None,
+            locked_until=None,
+        )
+        SignalWaiter.objects.filter(run_id__in=ids).delete()
+        return ids

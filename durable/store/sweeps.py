@@ -1,0 +1,191 @@
+"""Queries and compare-and-set writes of the sweeps, and the worker fleet."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Min, Q
+
+from durable.engine.ports import (
+    RunRecord,
+)
+from durable.models import (
+    ACTIVE,
+    Checkpoint,
+    Run,
+    RunStatus,
+    SignalWaiter,
+    WorkerDescriptor,
+)
+from durable.store._base import (
+    CP_STATUS,
+    StoreBase,
+    _run_record,
+)
+
+
+class SweepsStore(StoreBase):
+    def due_runs(self, now: datetime, limit: int) -> list[str]:
+        pending = list(
+            Run.objects.filter(status=RunStatus.PENDING)
+            .order_by("-priority", "created_at")
+            .values_list("id", flat=True)[:limit]
+        )
+        suspended = list(
+            Run.objects.filter(status=RunStatus.SUSPENDED, wake_at__lte=now)
+            .order_by("wake_at")
+            .values_list("id", flat=True)[: max(limit - len(pending), 0)]
+        )
+        return pending + suspended
+
+    def due_steps(self, now: datetime, limit: int) -> list[tuple[str, int, str | None]]:
+        """Pending dispatched steps that may be claimed now (fresh, or retry due)."""
+        rows = (
+            Checkpoint.objects.filter(kind="step", status=CP_STATUS.PENDING, run__status__in=ACTIVE)
+            .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
+            .order_by("enqueued_at")
+            .values_list("run_id", "seq", "queue")[:limit]
+        )
+        return list(rows)
+
+    def orphans(self, now: datetime, limit: int) -> list[str]:
+        return list(
+            Run.objects.filter(status=RunStatus.RUNNING, locked_until__lt=now).values_list("id", flat=True)[:limit]
+        )
+
+    def recover_orphan(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        max_attempts: int,
+        dead_lifecycle: Callable[[str], dict[str, Any] | None] = lambda workflow: None,
+    ) -> RunRecord | str | None:
+        """Take an expired lease and decide on the run as re-read under it.
+
+        Returns the run (lease held, recovery counted) to run a turn on,
+        ``"dead"`` when it exceeded ``max_attempts``, or None when it was not an
+        orphan after all (lease renewed, run moved on, or a concurrent cancel).
+        """
+        taken = Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_until__lt=now).update(
+            locked_by=owner, locked_until=lease_until
+        )
+        if not taken:
+            return None
+        row = Run.objects.filter(id=run_id).first()
+        if row is None or row.status != RunStatus.RUNNING or row.locked_by != owner:
+            return None
+        attempts = row.recovery_attempts + 1
+        mine = Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner)
+        if attempts > max_attempts:
+            error = {
+                "message": f"run was orphaned {attempts} times (limit {max_attempts}); giving up",
+                "code": "max_recovery_attempts",
+                "retryable": False,
+                "type": "Dead",
+                "traceback": None,
+            }
+            lifecycle = dead_lifecycle(row.workflow)
+            dead = mine.update(
+                status=RunStatus.DEAD,
+                error=error,
+                lifecycle=lifecycle or {},
+                lifecycle_owed=bool(lifecycle),
+                recovery_attempts=attempts,
+                finished_at=now,
+                updated_at=now,
+                locked_by=None,
+                locked_until=None,
+            )
+            return "dead" if dead else None
+        if not mine.update(recovery_attempts=attempts, turns=F("turns") + 1, updated_at=now):
+            return None
+        row.recovery_attempts = attempts
+        row.turns += 1
+        return _run_record(row)
+
+    def overdue_runs(self, now: datetime, limit: int) -> list[str]:
+        return list(Run.objects.filter(deadline_at__lt=now, status__in=ACTIVE).values_list("id", flat=True)[:limit])
+
+    def fail_overdue(
+        self, run_id: str, now: datetime, error: dict[str, Any], lifecycle: dict[str, Any] | None = None
+    ) -> bool:
+        with transaction.atomic():
+            failed = Run.objects.filter(id=run_id, deadline_at__lt=now, status__in=ACTIVE).update(
+                status=RunStatus.FAILED,
+                error=error,
+                lifecycle=lifecycle or {},
+                lifecycle_owed=bool(lifecycle),
+                finished_at=now,
+                updated_at=now,
+                wake_at=None,
+                locked_by=None,
+                locked_until=None,
+            )
+            if failed:
+                SignalWaiter.objects.filter(run_id=run_id).delete()
+        return bool(failed)
+
+    def expired_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]:
+        """Running steps whose execution lease lapsed (worker gone) or whose timeout passed."""
+        rows = (
+            Checkpoint.objects.filter(kind="step", status=CP_STATUS.RUNNING)
+            .filter(Q(wake_at__lt=now) | Q(timeout_at__lt=now))
+            .values("run_id", "seq", "name", "queue", "attempts", "wake_at", "timeout_at")[:limit]
+        )
+        return [dict(row) for row in rows]
+
+    def reset_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool:
+        """Put a running step whose worker vanished back to pending (same step id)."""
+        cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.RUNNING, wake_at=expected_wake)
+        return bool(
+            cp.update(status=CP_STATUS.PENDING, locked_by=None, wake_at=new_wake, dispatches=F("dispatches") + 1)
+        )
+
+    def lost_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]:
+        """Pending dispatched steps that no worker took before their redelivery time."""
+        rows = (
+            Checkpoint.objects.filter(kind="step", status=CP_STATUS.PENDING, wake_at__lte=now, run__status__in=ACTIVE)
+            .order_by("wake_at")
+            .values("run_id", "seq", "name", "queue", "dispatches", "wake_at", "retry_at")[:limit]
+        )
+        return [dict(row) for row in rows]
+
+    def redispatch_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool:
+        """Claim the right to re-dispatch a pending step (compare-and-set on its wake time)."""
+        cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.PENDING, wake_at=expected_wake)
+        return bool(cp.update(wake_at=new_wake, dispatches=F("dispatches") + 1))
+
+    def blocked_runs(self, limit: int) -> list[dict[str, Any]]:
+        rows = Run.objects.filter(status=RunStatus.BLOCKED).values("id", "workflow", "version", "error")[:limit]
+        return [dict(row) for row in rows]
+
+    def next_due(self) -> datetime | None:
+        """The earliest moment at which some work falls due (for test drivers)."""
+        run_wake = Run.objects.filter(status=RunStatus.SUSPENDED).aggregate(m=Min("wake_at"))["m"]
+        step_wake = Checkpoint.objects.filter(
+            kind="step", status__in=(CP_STATUS.PENDING, CP_STATUS.RUNNING), wake_at__isnull=False
+        ).aggregate(m=Min("wake_at"))["m"]
+        candidates = [d for d in (run_wake, step_wake) if d is not None]
+        return min(candidates) if candidates else None
+
+    def advertise(self, descriptor: dict[str, Any], now: datetime, expires_at: datetime) -> None:
+        WorkerDescriptor.objects.update_or_create(
+            id=descriptor["id"], defaults={**descriptor, "heartbeat_at": now, "expires_at": expires_at}
+        )
+
+    def refresh_worker(self, worker_id: str, now: datetime, expires_at: datetime) -> bool:
+        return bool(WorkerDescriptor.objects.filter(id=worker_id).update(heartbeat_at=now, expires_at=expires_at))
+
+    def retire_worker(self, worker_id: str) -> None:
+        WorkerDescriptor.objects.filter(id=worker_id).delete()
+
+    def live_workers(self, now: datetime) -> list[dict[str, Any]]:
+        return [dict(row) for row in WorkerDescriptor.objects.filter(expires_at__gt=now).values()]
+
+    def prune_workers(self, now: datetime) -> int:
+        return WorkerDescriptor.objects.filter(expires_at__lt=now - timedelta(hours=1)).delete()[0]

@@ -1,0 +1,189 @@
+"""A turn's history and its atomic commit (checkpoints, waiters, settle)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Case, DateTimeField, Value, When
+
+from durable.engine.context_base import EVENT_TOKEN, RUN_TOKEN, WAIT_KINDS
+from durable.engine.ports import (
+    CheckpointRecord,
+    Outcome,
+    TurnWrites,
+    Waiter,
+)
+from durable.models import (
+    TERMINAL,
+    BufferedEvent,
+    BufferedSignal,
+    Checkpoint,
+    Run,
+    RunStatus,
+    SignalWaiter,
+)
+from durable.store._base import (
+    _CP_FIELDS,
+    CP_STATUS,
+    StoreBase,
+    _cp_record,
+    _LeaseGone,
+    _matches,
+)
+
+
+class TurnsStore(StoreBase):
+    def load_checkpoints(self, run_id: str) -> dict[int, CheckpointRecord]:
+        rows = Checkpoint.objects.filter(run_id=run_id).order_by("seq").values(*_CP_FIELDS)
+        return {row["seq"]: _cp_record(row) for row in rows}
+
+    def commit(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        writes: TurnWrites,
+        outcome: Outcome | None = None,
+    ) -> bool:
+        """Write a turn's checkpoints (and, with ``outcome``, settle the run) atomically.
+
+        The compare-and-set on the lease decides everything: when it matches
+        nothing the turn has lost the run and nothing at all is written.
+        Settling releases the lease in that same statement. A continue-as-new
+        successor is inserted in this transaction too, before the current run
+        completes.
+
+        Waiters registered by a suspension re-check what they wait for inside
+        this transaction, after taking the lock the sender also takes (the run
+        row for signals, the awaited run's row for runs, an advisory lock per
+        name for events), so a concurrent signal, result or event is never
+        lost between the turn's read and its registration. Runs waiting on
+        this one are woken after commit (``outcome.woken``).
+        """
+        waiters = outcome.waiters if outcome is not None else []
+        event_names = sorted({w.token[len(EVENT_TOKEN) :] for w in waiters if w.token.startswith(EVENT_TOKEN)})
+        try:
+            with transaction.atomic():
+                for name in event_names:
+                    self._lock_event(name)
+                if outcome is not None and outcome.next_run is not None:
+                    self._insert_runs([outcome.next_run])
+                fields: dict[str, Any] = dict(writes.run_fields)
+                if outcome is None:
+                    fields.update(locked_until=lease_until, updated_at=now)
+                else:
+                    fields.update(status=outcome.status, updated_at=now, locked_by=None, locked_until=None)
+                    if outcome.status == RunStatus.SUSPENDED and outcome.cancel_seen:
+                        fields["wake_at"] = outcome.wake_at
+                    elif outcome.status == RunStatus.SUSPENDED:
+                        # A cancel-with-undo that arrived during the turn must not wait for the timer.
+                        fields["wake_at"] = Case(
+                            When(cancel_requested=True, then=Value(now)),
+                            default=Value(outcome.wake_at),
+                            output_field=DateTimeField(),
+                        )
+                    elif outcome.status == RunStatus.BLOCKED:
+                        fields.update(wake_at=None, error=outcome.error)
+                    else:
+                        fields.update(wake_at=None, finished_at=now, output=outcome.output, error=outcome.error)
+                        if outcome.next_run is not None:
+                            fields["continued_to"] = outcome.next_run["id"]
+                        if outcome.lifecycle is not None:
+                            # Whom the lifecycle event is owed to, in the same write as the status.
+                            fields.update(lifecycle=outcome.lifecycle, lifecycle_owed=True)
+                if not Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(**fields):
+                    raise _LeaseGone()
+                cancelled = self._apply(run_id, writes, now)
+                if outcome is not None:
+                    self._settle_waiters(run_id, writes, outcome, now)
+        except _LeaseGone:
+            return False
+        if outcome is not None:
+            tokens = [RUN_TOKEN + rid for rid in cancelled]
+            if outcome.status in TERMINAL:
+                tokens += outcome.notify
+            if tokens:
+                outcome.woken = self._wake_waiters(tokens, now)
+        return True
+
+    def _settle_waiters(self, run_id: str, writes: TurnWrites, outcome: Outcome, now: datetime) -> None:
+        waiters = outcome.waiters
+        waited = writes.consumed_signals or any(w.record.kind in WAIT_KINDS for w in writes.checkpoints)
+        if waiters or waited or outcome.had_waiters:
+            SignalWaiter.objects.filter(run_id=run_id).delete()
+        if waiters:
+            SignalWaiter.objects.bulk_create(
+                [SignalWaiter(run_id=run_id, name=w.token, seq=w.seq, match=w.match, created_at=now) for w in waiters]
+            )
+        if outcome.status != RunStatus.SUSPENDED:
+            return
+        # A step result or event that settled a checkpoint while the turn ran (we hold the run
+        # row, which finish_step takes first) would otherwise wait for the reconcile.
+        watched = [w.seq for w in waiters] + outcome.step_seqs
+        settled = (
+            watched
+            and Checkpoint.objects.filter(
+                run_id=run_id, seq__in=watched, status__in=(CP_STATUS.COMPLETED, CP_STATUS.FAILED)
+            ).exists()
+        )
+        if settled or (waiters and self._already_there(run_id, waiters)):
+            Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now)
+            outcome.wake_at = now
+
+    def _already_there(self, run_id: str, waiters: list[Waiter]) -> bool:
+        """Did what these waiters wait for happen before they were registered?"""
+        signals = [w.token for w in waiters if not w.token.startswith((RUN_TOKEN, EVENT_TOKEN))]
+        if signals and BufferedSignal.objects.filter(run_id=run_id, name__in=signals).exists():
+            return True
+        runs = [w.token[len(RUN_TOKEN) :] for w in waiters if w.token.startswith(RUN_TOKEN)]
+        if runs:
+            # Row locks serialise with the awaited run's own settle: either it committed
+            # first (we see it terminal) or it commits after us (and sees our waiter).
+            statuses = Run.objects.select_for_update().filter(id__in=runs).values_list("status", flat=True)
+            if any(status in TERMINAL for status in statuses):
+                return True
+        for w in waiters:
+            if w.token.startswith(EVENT_TOKEN):
+                name = w.token[len(EVENT_TOKEN) :]
+                buffered = BufferedEvent.objects.filter(name=name, consumed=False).values_list("payload", flat=True)
+                if any(_matches(w.match, payload) for payload in buffered[:500]):
+                    return True
+        return False
+
+    def _apply(self, run_id: str, writes: TurnWrites, now: datetime) -> list[str]:
+        """Apply checkpoint writes, new children and sibling cancellations; return cancelled ids."""
+        if writes.new_runs:
+            self._insert_runs(writes.new_runs)
+        new = [w.record for w in writes.checkpoints if w.create]
+        if new:
+            Checkpoint.objects.bulk_create([Checkpoint(run_id=run_id, **asdict(rec)) for rec in new])
+        for w in writes.checkpoints:
+            if w.create:
+                continue
+            rec = asdict(w.record)
+            seq = rec.pop("seq")
+            for key in ("name", "kind", "queue", "enqueued_at", "input"):
+                rec.pop(key)
+            for key in ("started_at", "attempts"):
+                if not rec[key]:
+                    rec.pop(key)
+            Checkpoint.objects.filter(run_id=run_id, seq=seq, status__in=w.expect).update(**rec)
+        if writes.consumed_signals:
+            BufferedSignal.objects.filter(run_id=run_id, id__in=writes.consumed_signals).delete()
+        if writes.cancel_runs:
+            return self._cancel_tree(writes.cancel_runs, now)
+        return []
+
+    def next_signal(self, run_id: str, name: str, skip: list[int]) -> tuple[int, Any] | None:
+        row = (
+            BufferedSignal.objects.filter(run_id=run_id, name=name)
+            .exclude(id__in=skip)
+            .order_by("id")
+            .values_list("id", "payload")
+            .first()
+        )
+        return (row[0], row[1]) if row is not None else None
