@@ -1,0 +1,1 @@
+"""Integration tests on real Celery workers, Redis and PostgreSQL (see conftest.py)."""
