@@ -103,7 +103,7 @@ class ContextBase:
         payload = to_json({"args": list(args), "kwargs": kwargs}, f"arguments of step {sd.name!r}")
         turn = self._turn
         # Checked before the pending write: a step nobody can run parks the run.
-        if not turn.engine.fleet.can_serve(sd.name, sd.route):
+        if not turn._guard(lambda: turn.engine.fleet.can_serve(sd.name, sd.route)):
             raise Blocked(
                 {
                     "message": f"no live worker serves step {sd.name!r} on queue {sd.route or 'default'!r}",

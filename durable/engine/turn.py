@@ -255,7 +255,10 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
     outcome.had_waiters = any(cp.kind in WAIT_KINDS and cp.status == "pending" for cp in turn.loaded)
     outcome.notify = [RUN_TOKEN + run.id] + ([RUN_TOKEN + run.retry_of] if run.retry_of else [])
     if outcome.status in ("completed", "failed") and outcome.next_run is None:
-        outcome.lifecycle = lifecycle.owed_record(engine, run.workflow, outcome.status)
+        try:
+            outcome.lifecycle = lifecycle.owed_record(engine, run.workflow, outcome.status)
+        except Exception as exc:  # noqa: BLE001 - the fleet read failed; give the run back
+            return _abandon(engine, run.id, exc)
     try:
         ok = store.commit(run.id, owner, done, turn.lease_until(done), turn.writes, outcome)
     except Exception as exc:  # noqa: BLE001 - the commit failed; give the run back

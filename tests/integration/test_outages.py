@@ -44,13 +44,12 @@ def start_runs(prefix: str, n: int, sleep: float) -> list[str]:
 
 
 def completed_steps(runs: list[str]) -> set[tuple[str, int]]:
-    return set(
-        Checkpoint.objects.filter(run_id__in=runs, kind="step", status="completed").values_list("run_id", "seq")
-    )
+    return set(Checkpoint.objects.filter(run_id__in=runs, kind="step", status="completed").values_list("run_id", "seq"))
 
 
 def wait_mid_flight(cluster, runs: list[str], steps: int) -> set[tuple[str, int]]:
     """Wait until ``steps`` steps completed while some runs are still far from done; return those steps."""
+
     def mid() -> set[tuple[str, int]] | None:
         done = completed_steps(runs)
         return done if len(done) >= steps else None
@@ -107,15 +106,6 @@ def test_redis_restarted_mid_runs_every_run_completes_after_the_sweeps(cluster):
     assert cluster.task_log_lines("durable.sweep"), "beat's sweeps never reached a worker"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: the step dispatch of WorkflowContext (durable/engine/context_base.py _dispatch_step) calls "
-        "engine.fleet.can_serve() -> DbFleet -> store.live_workers() outside Turn._guard, so a database error "
-        "there reaches _execute's `except Exception` and fails the run as a workflow error, instead of "
-        "abandoning the turn (EngineFault -> _abandon) to be retried"
-    ),
-)
 def test_database_error_in_the_fleet_check_gives_the_turn_back_instead_of_failing_the_run(cluster):
     """A database error while a turn asks "does a live worker serve this step?" is ours, not the workflow's.
 
@@ -128,8 +118,11 @@ def test_database_error_in_the_fleet_check_gives_the_turn_back_instead_of_failin
     cluster.wait_ready(worker)
     cluster.sweeper()
     run = durable.start("it.pipeline", {"x": 1}, run_id="fleet-db-error")
-    wait_until(lambda: Run.objects.get(id=run).status in ("completed", "failed"), "the run to end",
-               diagnostics=cluster.diagnostics)
+    wait_until(
+        lambda: Run.objects.get(id=run).status in ("completed", "failed"),
+        "the run to end",
+        diagnostics=cluster.diagnostics,
+    )
     error = Run.objects.get(id=run).error or {}
     assert Run.objects.get(id=run).status == "completed", f"the run failed on an engine database error: {error}"
     acc = account(cluster, [run])
