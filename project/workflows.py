@@ -61,3 +61,104 @@ def countdown(ctx: durable.WorkflowContext, n: int = 3) -> list[str]:
         ticks.append(ctx.now().isoformat())
         ctx.sleep("1s")
     return ticks
+
+
+# -- Trip booking: a fan-out, a saga, child workflows and a named event --------------------
+#
+# `trip` asks for three quotes at once (a fan-out of dispatched steps), books the flight,
+# the hotel and a car (a saga: each booking declares how to undo it), charges the card,
+# then issues one ticket per traveller (child workflows, also fanned out) and publishes
+# `trip.booked`, which starts `trip_loyalty`. A declined card fails the charge: the car,
+# the hotel and the flight are released, newest first, and the run's error lists each undo.
+
+PRICES = {"flight": 180.0, "hotel": 95.0, "car": 40.0}  # per traveller / per night / per night
+DECLINED_CARD = "4000000000000002"  # the fake payment provider declines this one
+
+
+@durable.step
+def quote_trip_item(kind: str, destination: str, nights: int, travellers: int) -> dict[str, Any]:
+    units = travellers if kind == "flight" else nights
+    return {"kind": kind, "destination": destination, "price": PRICES[kind] * units}
+
+
+@durable.step
+def cancel_flight(input: dict[str, Any], output: str) -> str:
+    """Undo of ``book_flight``: receives its call (``{"args": [...], "kwargs": {...}}``) and result."""
+    return f"released {output}"
+
+
+@durable.step(compensate=cancel_flight)
+def book_flight(destination: str, travellers: list[str]) -> str:
+    return f"FL-{destination[:3].upper()}-{len(travellers)}"
+
+
+@durable.step
+def cancel_hotel(input: dict[str, Any], output: str) -> str:
+    return f"released {output}"
+
+
+@durable.step
+def book_hotel(destination: str, nights: int) -> str:
+    return f"HT-{destination[:3].upper()}-{nights}N"
+
+
+def hold_car(destination: str) -> str:
+    return f"CAR-{destination[:3].upper()}"
+
+
+def release_car(input: dict[str, Any], output: str) -> str:
+    return f"released {output}"
+
+
+@durable.step
+def charge_trip(card: str, amount: float) -> dict[str, Any]:
+    if card == DECLINED_CARD:
+        raise durable.FatalError(f"card ending {card[-4:]} was declined", code="card_declined")
+    return {"card": card[-4:], "amount": amount}
+
+
+@durable.workflow(name="trip_ticket")
+def trip_ticket(ctx: durable.WorkflowContext, data: dict[str, Any]) -> str:
+    """A child of ``trip``: one e-ticket per traveller."""
+    number = ctx.local_step("issue", lambda: f"{data['flight']}-{data['traveller'].upper()}")
+    ctx.local_step("email", lambda: f"ticket {number} sent to {data['traveller']}")
+    return str(number)
+
+
+@durable.workflow(name="trip", tags=["travel"])
+def trip(ctx: durable.WorkflowContext, data: dict[str, Any]) -> dict[str, Any]:
+    """Quote, book (undone on failure), charge, issue tickets, announce."""
+    where, nights, people = data["destination"], data["nights"], data["travellers"]
+    ctx.upsert_search_attributes({"destination": where, "travellers": len(people)})
+    ctx.set_event("stage", "quoting")
+    quotes = ctx.gather(  # three steps dispatched in one turn; results in this order
+        durable.call(quote_trip_item, "flight", where, nights, len(people)),
+        durable.call(quote_trip_item, "hotel", where, nights, len(people)),
+        durable.call(quote_trip_item, "car", where, nights, len(people)),
+    )
+    total = sum(q["price"] for q in quotes)
+
+    ctx.set_event("stage", "booking")
+    flight = ctx.step(book_flight, where, people)  # undo declared on the step
+    hotel = ctx.step(book_hotel, where, nights, compensate=cancel_hotel)  # undo given per call
+    car = ctx.local_step("hold_car", hold_car, where, compensate=release_car)  # in-process undo
+    payment = ctx.step(charge_trip, data["card"], total)  # a declined card undoes car, hotel, flight
+
+    ctx.set_event("stage", "ticketing")
+    tickets = ctx.gather(*[durable.child_call(trip_ticket, {"traveller": p, "flight": flight}) for p in people])
+
+    def announce() -> list[str]:
+        # The event id is derived from the run, so running this again publishes nothing twice.
+        event = {"trip": ctx.run_id, "travellers": people}
+        return durable.publish_event("trip.booked", event, id=f"{ctx.run_id}.booked").started
+
+    ctx.local_step("announce", announce)  # starts trip_loyalty
+    ctx.set_event("stage", "booked")
+    return {"total": total, "flight": flight, "hotel": hotel, "car": car, "payment": payment, "tickets": tickets}
+
+
+@durable.workflow(name="trip_loyalty", on_event=["trip.booked"])
+def trip_loyalty(ctx: durable.WorkflowContext, event: dict[str, Any]) -> dict[str, Any]:
+    """Started by each ``trip.booked`` event (run id ``<event id>:trip_loyalty``)."""
+    points = ctx.local_step("award_points", lambda: 100 * len(event["travellers"]))
+    return {"trip": event["trip"], "points": points}

@@ -27,6 +27,16 @@ class Command(BaseCommand):
             ("order", {"order_id": "a101", "amount": 9.5, "items": ["mug"], "address": ""}, "demo-order-2"),
             ("onboarding", {"email": "ada@example.com"}, "demo-onboarding-1"),
             ("countdown", 5, "demo-countdown-1"),
+            (
+                "trip",
+                {"destination": "Lisbon", "nights": 3, "travellers": ["ada", "alan"], "card": "4242424242424242"},
+                "demo-trip-1",
+            ),
+            (
+                "trip",
+                {"destination": "Oslo", "nights": 2, "travellers": ["grace"], "card": "4000000000000002"},
+                "demo-trip-2",
+            ),
         ]
         for workflow, data, run_id in runs:
             durable.start(workflow, data, run_id=run_id, tags=["demo"])
