@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from durable.api import RunInfo
@@ -58,7 +58,8 @@ def decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         created, _, run_id = base64.urlsafe_b64decode(cursor.encode()).decode().partition("|")
         when = datetime.fromisoformat(created)
-    except (ValueError, UnicodeDecodeError) as exc:
+        when = when.astimezone(UTC) if when.tzinfo is not None else when
+    except (ValueError, UnicodeDecodeError, OverflowError) as exc:
         raise InvalidInput(f"invalid cursor {cursor!r}") from exc
     if not run_id or when.tzinfo is None:
         raise InvalidInput(f"invalid cursor {cursor!r}")
@@ -95,6 +96,9 @@ def list_runs(
             raise InvalidInput(f"{what} must be a timezone-aware datetime")
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
         raise InvalidInput(f"limit must be an integer between 1 and {MAX_LIMIT}")
+    # Normalise to UTC: offsets Python accepts (up to ±23:59) exceed what PostgreSQL takes.
+    created_after = created_after.astimezone(UTC) if created_after is not None else None
+    created_before = created_before.astimezone(UTC) if created_before is not None else None
     after = decode_cursor(cursor) if cursor is not None else None
     records = store.list_runs(
         statuses=statuses,

@@ -9,6 +9,8 @@ and ``json_each`` on SQLite.
 from __future__ import annotations
 
 import re
+from datetime import UTC
+from typing import Any
 
 import django_filters
 from django.db import connection
@@ -17,6 +19,19 @@ from django.db.models import QuerySet
 from durable.models import Run, RunStatus
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    """ISO 8601 date-time, compared in UTC.
+
+    Python accepts offsets up to ±23:59, PostgreSQL only about ±15:59: a
+    far-off offset must not reach the database as such.
+    """
+
+    def filter(self, qs: Any, value: Any) -> Any:
+        if value is not None and getattr(value, "tzinfo", None) is not None:
+            value = value.astimezone(UTC)
+        return super().filter(qs, value)
 
 
 def storable(value: str) -> bool:
@@ -73,10 +88,10 @@ class RunFilter(django_filters.FilterSet):
     tag = django_filters.CharFilter(method="filter_tag", max_length=100, help_text="Runs carrying this tag.")
     parent_id = django_filters.CharFilter(max_length=255)
     retry_of = django_filters.CharFilter(max_length=255)
-    created_after = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="gte")
-    created_before = django_filters.IsoDateTimeFilter(field_name="created_at", lookup_expr="lt")
-    updated_after = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="gte")
-    updated_before = django_filters.IsoDateTimeFilter(field_name="updated_at", lookup_expr="lt")
+    created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
+    created_before = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt")
+    updated_after = UtcDateTimeFilter(field_name="updated_at", lookup_expr="gte")
+    updated_before = UtcDateTimeFilter(field_name="updated_at", lookup_expr="lt")
     q = django_filters.CharFilter(
         method="filter_search", max_length=255, help_text="An exact run id, else a workflow name, else a tag."
     )

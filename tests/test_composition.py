@@ -554,3 +554,27 @@ def test_bad_event_and_update_input():
         durable.signal(run_until_settled(durable.start("t_noinput")).id, "x")
     assert not BufferedEvent.objects.exists()
     assert clock.now() - timedelta(seconds=1) < clock.now()
+
+
+@durable.step
+def c_refund_gathered(input: Any, output: Any) -> None:
+    undone.append(("refund-gathered", output))
+
+
+@durable.workflow(name="c_gather_saga")
+def c_gather_saga(ctx):
+    ctx.gather(durable.call(c_charge, 7), durable.call(c_double, 2, compensate=c_refund_gathered))
+    raise ValueError("after the fan-out")
+
+
+def test_steps_completed_in_a_gather_are_undone_when_the_run_fails():
+    run = run_until_settled(durable.start(c_gather_saga))
+    assert run.status == "failed" and run.error["message"] == "after the fan-out"
+    assert undone == [("refund-gathered", 4), ("refund", {"charged": 7})]
+
+
+def test_list_runs_accepts_far_timezone_offsets():
+    from datetime import datetime, timezone
+
+    far = datetime(1944, 12, 10, 16, 5, tzinfo=timezone(timedelta(hours=22, minutes=37)))
+    assert durable.list_runs(created_after=far).items == []

@@ -54,6 +54,7 @@ class Call:
     step: Any
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
+    compensate: Any = None
 
 
 @dataclass(frozen=True)
@@ -65,9 +66,13 @@ class ChildCall:
     run_id: str | None = None
 
 
-def call(step: Any, *args: Any, **kwargs: Any) -> Call:
-    """Describe ``ctx.step(step, *args, **kwargs)`` for ``ctx.gather`` without running it."""
-    return Call(step, args, kwargs)
+def call(step: Any, *args: Any, compensate: Any = None, **kwargs: Any) -> Call:
+    """Describe ``ctx.step(step, *args, **kwargs)`` for ``ctx.gather`` without running it.
+
+    ``compensate`` is reserved, as in ``ctx.step``: the undo of this call (default:
+    the step's own ``compensate=``).
+    """
+    return Call(step, args, kwargs, compensate)
 
 
 def child_call(workflow: Any, input: Any = None, *, run_id: str | None = None) -> ChildCall:
@@ -263,6 +268,8 @@ class CompositionOps(ContextBase):
                     unfinished.append((seq, "step", sd.name, None))
                 elif cp.status == COMPLETED:
                     results[index] = cp.output
+                    undo = op.compensate if op.compensate is not None else sd.compensate
+                    self._remember_undo(seq, sd.name, undo, cp.input, cp.output)
                 elif cp.status == FAILED:
                     failures.append((index, cp.error or {}))
                 else:

@@ -27,7 +27,6 @@ from durable.engine.durations import Duration, parse_duration
 from durable.engine.ports import CheckpointRecord, CheckpointWrite
 from durable.engine.registry import resolve_step
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
-from durable.engine.sagas import Compensation
 from durable.engine.serialization import error_record, to_json
 from durable.exceptions import InvalidInput, StepFailed
 
@@ -201,10 +200,6 @@ class WorkflowContext(CompositionOps, ContextBase):
             raise self._suspend(event=True)
         self._dispatch_step(seq, sd, args, kwargs)
         raise self._suspend(event=True)
-
-    def _remember_undo(self, seq: int, name: str, undo: Any, call_input: Any, output: Any) -> None:
-        if undo is not None:
-            self._turn.compensations.append(Compensation(seq, name, undo, call_input, output))
 
     # -- timers ------------------------------------------------------------
     def sleep(self, duration: Duration) -> None:

@@ -91,6 +91,13 @@ class ContextBase:
         self._turn.suspend(wake_at=wake_at, event=event)
         return Suspend()
 
+    def _remember_undo(self, seq: int, name: str, undo: Any, call_input: Any, output: Any) -> None:
+        """A completed step with an undo: register it for the saga (rebuilt the same way on replay)."""
+        if undo is not None:
+            from durable.engine.sagas import Compensation
+
+            self._turn.compensations.append(Compensation(seq, name, undo, call_input, output))
+
     def _record(self, seq: int, name: str, kind: str, output: Any) -> None:
         now = clock.now()
         rec = CheckpointRecord(
