@@ -39,6 +39,19 @@ def order(ctx: durable.WorkflowContext, data: dict[str, Any]) -> dict[str, Any]:
     return {"charge": charge, "reserved": reserved, "tracking": tracking}
 
 
+@durable.workflow(
+    name="order_followup",
+    on_event=["run.completed:order", "run.failed:order"],
+    input=lambda event: {"order_run": event["run_id"], "ending": event["ending"], "error": event["error"]},
+)
+def order_followup(ctx: durable.WorkflowContext, data: dict[str, Any]) -> str:
+    """Started by every order that completes or fails (a lifecycle subscriber)."""
+    if data["ending"] == "completed":
+        return ctx.local_step("thank_you_mail", lambda: f"thanks for order run {data['order_run']}")
+    reason = (data["error"] or {}).get("message", "unknown")
+    return ctx.local_step("support_ticket", lambda: f"ticket for {data['order_run']}: {reason}")
+
+
 @durable.workflow(name="onboarding", timeout="7d")
 def onboarding(ctx: durable.WorkflowContext, data: dict[str, Any]) -> dict[str, Any]:
     """Welcome a user, then wait (up to a day) for them to confirm their e-mail."""
