@@ -23,6 +23,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
 from durable.engine import clock
+from durable.exceptions import DurableError
 from durable.models import ACTIVE, Run
 from durable_dashboard import conf, operations, summary, timeline
 from durable_dashboard.admin_filters import (
@@ -99,6 +100,33 @@ def report(request: HttpRequest, action: str, outcomes: list[operations.Outcome]
         messages.error(request, f"{label}: failed for {len(failed)} run(s). {details}{more}")
     if not outcomes:
         messages.warning(request, f"{label}: no run selected.")
+
+
+def lifecycle_context(run: Run, visible: QuerySet[Run]) -> dict[str, Any]:
+    """What a run's lifecycle event did and still owes, and who starts whom for its workflow."""
+    from durable.engine import lifecycle
+    from durable.engine.registry import registry
+    from durable.runtime import get_engine
+
+    record = run.lifecycle if isinstance(run.lifecycle, dict) else {}
+    started = record.get("started", {})
+    runs = {r.id: r for r in visible.filter(id__in=list(started.values())).only(*LIST_FIELDS)}
+    triggered = [(sub, run_id, runs.get(run_id)) for sub, run_id in sorted(started.items())]
+    engine = get_engine()
+    starts = {ending: lifecycle.subscribers_for(engine, run.workflow, ending) for ending in lifecycle.ENDINGS}
+    try:
+        started_by = [e for e in registry.get_workflow(run.workflow).on_event if e.startswith("run.")]
+    except DurableError:
+        started_by = []
+    return {
+        "lifecycle_triggered": triggered,
+        "lifecycle_owed": record.get("owed", []),
+        "lifecycle_failed": sorted(record.get("failed", {}).items()),
+        "lifecycle_skipped": record.get("skipped", []),
+        "lifecycle_coalesced": sorted(record.get("coalesced", {})),
+        "lifecycle_starts": starts,
+        "lifecycle_started_by": started_by,
+    }
 
 
 def previous_in_chain(run_id: str) -> list[str]:
@@ -249,6 +277,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, admin.ModelAdmin):
             "continued_to": continued_to,
             "continued_from": continued_from,
             "actions": actions,
+            **lifecycle_context(run, visible),
         }
 
     # -- actions ------------------------------------------------------------------------

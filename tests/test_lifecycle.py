@@ -278,3 +278,18 @@ def test_racing_publishers_start_each_subscriber_once(monkeypatch):
     assert LifecycleBatch.objects.get(subscriber="l_digest").source_ids == [src]
     row = Run.objects.get(id=src)
     assert row.lifecycle_owed is False and row.locked_by is None
+
+
+def test_admin_run_detail_shows_triggered_and_owed(admin_client):
+    src = run_until_settled(durable.start(checkout, {"id": "adm", "total": 1}))
+    Run.objects.filter(id=src.id).update(
+        lifecycle={**lifecycle_of(src.id), "owed": ["l_elsewhere"], "failed": {"l_dunning": "where raised X"}}
+    )
+    page = admin_client.get(f"/admin/durable/run/{src.id}/change/").content.decode()
+    assert "Lifecycle events" in page
+    assert "l_receipt → " in page and f"{src.id}:completed:l_receipt" in page
+    assert "Still owed: l_elsewhere" in page
+    assert "Failed for l_dunning: where raised X" in page
+    assert "Its completion starts: l_big_spender, l_digest, l_quiet, l_receipt" in page
+    sub = admin_client.get(f"/admin/durable/run/{src.id}:completed:l_receipt/change/").content.decode()
+    assert "This workflow is started by: run.completed:checkout" in sub
