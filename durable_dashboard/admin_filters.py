@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from durable.engine.registry import registry
 from durable.models import Run, RunStatus
-from durable_dashboard.filters import storable, with_tag
+from durable_dashboard.filters import storable, to_utc, with_tag
 
 
 class StatusFilter(admin.SimpleListFilter):
@@ -106,15 +106,24 @@ class TagFilter(InputFilter):
 
 
 def _parse_when(value: str) -> datetime:
-    when = parse_datetime(value)
+    try:
+        when = parse_datetime(value)
+    except ValueError:
+        raise IncorrectLookupParameters(f"not a date or date-time: {value!r}") from None
     if when is None:
-        day = parse_date(value)
+        try:
+            day = parse_date(value)
+        except ValueError:
+            day = None
         if day is None:
             raise IncorrectLookupParameters(f"not a date or date-time: {value!r}")
         when = datetime(day.year, day.month, day.day)
-    if timezone.is_naive(when):
-        when = timezone.make_aware(when)
-    return when
+    try:
+        if timezone.is_naive(when):
+            when = timezone.make_aware(when)
+        return to_utc(when)
+    except (ValueError, OverflowError) as exc:
+        raise IncorrectLookupParameters(str(exc)) from None
 
 
 class RangeFilter(admin.ListFilter):

@@ -9,29 +9,49 @@ and ``json_each`` on SQLite.
 from __future__ import annotations
 
 import re
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Any
 
 import django_filters
+from django import forms
 from django.db import connection
 from django.db.models import QuerySet
+from django_filters.fields import IsoDateTimeField
 
 from durable.models import Run, RunStatus
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
-    """ISO 8601 date-time, compared in UTC.
+def to_utc(value: datetime) -> datetime:
+    """An aware date-time in UTC; ``ValueError`` when it leaves the calendar in UTC.
 
-    Python accepts offsets up to ±23:59, PostgreSQL only about ±15:59: a
-    far-off offset must not reach the database as such.
+    Python accepts offsets up to ±23:59, PostgreSQL only about ±15:59, and year 1
+    or 9999 cannot always be shifted to UTC: normalise before any query.
     """
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(f"{value.isoformat()} is out of range") from None
 
-    def filter(self, qs: Any, value: Any) -> Any:
-        if value is not None and getattr(value, "tzinfo", None) is not None:
-            value = value.astimezone(UTC)
-        return super().filter(qs, value)
+
+class UtcDateTimeField(IsoDateTimeField):
+    """An ISO 8601 date-time, cleaned to UTC (out of range: a validation error, not a 500)."""
+
+    def to_python(self, value: Any) -> Any:
+        parsed = super().to_python(value)
+        if parsed is None:
+            return None
+        try:
+            return to_utc(parsed)
+        except ValueError as exc:
+            raise forms.ValidationError(str(exc), code="invalid") from None
+
+
+class UtcDateTimeFilter(django_filters.IsoDateTimeFilter):
+    """ISO 8601 date-time, compared in UTC."""
+
+    field_class = UtcDateTimeField
 
 
 def storable(value: str) -> bool:

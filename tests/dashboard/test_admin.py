@@ -440,3 +440,16 @@ def test_detail_shows_waiting_on_a_child_and_an_update(admin_client, make_run):
     assert admin_client.get(detail("dash-child")).context["parent"].id == parent
     query = admin_client.get(detail(make_run("query")))
     assert [(w["kind"], w["what"]) for w in query.context["waiting_on"]] == [("update", "approve")]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "?created_at__gte=3137-07-01T16:01:18%2B16:22",
+        "?created_at__lt=0001-01-01T00:00:00%2B01:00",
+        "?updated_at__gte=2026-02-31",
+        "?updated_at__lt=9999-12-31T23:59:59-01:00",
+    ],
+)
+def test_far_off_dates_in_the_admin_are_not_a_500(admin_client, query):
+    assert admin_client.get(LIST + query).status_code in (200, 302)

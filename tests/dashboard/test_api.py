@@ -603,3 +603,16 @@ def test_every_error_has_detail_and_code(api, operator, viewer, make_run):
     for answer in answers:
         body = answer.json()
         assert isinstance(body["detail"], str) and body["detail"] and isinstance(body["code"], str)
+
+
+@pytest.mark.parametrize(
+    "query,status",
+    [
+        ("?created_after=3137-07-01T16:01:18%2B16:22", 200),  # offset PostgreSQL would refuse: normalised
+        ("?created_before=2144-08-18T04:08:52.1Z", 200),
+        ("?updated_after=0001-01-01T00:00:00%2B01:00", 400),  # before year 1 in UTC
+        ("?updated_before=9999-12-31T23:59:59-01:00", 400),  # after year 9999 in UTC
+    ],
+)
+def test_far_off_dates_are_normalised_or_refused(api, viewer, query, status):
+    assert api(viewer).get(f"{BASE}/runs/{query}").status_code == status
