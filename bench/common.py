@@ -1,0 +1,171 @@
+"""Helpers shared by the measuring processes and the driver: statistics, timing, PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+
+def summary(values: Sequence[float]) -> dict[str, Any]:
+    """Median, min and max (and the raw values) of a list of repetitions."""
+    vals = [float(v) for v in values]
+    if not vals:
+        return {"median": None, "min": None, "max": None, "n": 0, "values": []}
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals), "values": vals}
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Nearest-rank percentile (p in 0..100)."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, min(len(ordered), int(-(-p * len(ordered) // 100))))
+    return ordered[rank - 1]
+
+
+def emit(result: dict[str, Any]) -> None:
+    """The last line a measuring process prints: its result as JSON."""
+    sys.stdout.write("\n@@RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
+
+def pg_url(url: str) -> str:
+    """A libpq URL (psycopg wants ``postgresql://``; django-environ accepts ``postgres://``)."""
+    return "postgresql://" + url.split("://", 1)[1] if url.startswith("postgres://") else url
+
+
+def db_name(url: str) -> str:
+    return urlsplit(url).path.lstrip("/")
+
+
+def admin_url(url: str) -> str:
+    """The same server, maintenance database ``postgres``."""
+    parts = urlsplit(pg_url(url))
+    return urlunsplit((parts.scheme, parts.netloc, "/postgres", parts.query, parts.fragment))
+
+
+def xact_commits(url: str) -> int:
+    """``pg_stat_database.xact_commit`` of the database of ``url``, read from another database.
+
+    Backends publish their counters when idle at most once a second; the caller
+    waits ~1.2 s after the work before reading.
+    """
+    with psycopg.connect(admin_url(url), autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [db_name(url)]).fetchone()
+        return int(row[0]) if row else 0
+
+
+def pgss_enabled() -> bool:
+    return os.environ.get("BENCH_PGSS") == "1"
+
+
+def pgss_reset(url: str) -> None:
+    with psycopg.connect(admin_url(url), autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def pgss_read(url: str) -> dict[str, Any]:
+    """Statements the database of ``url`` executed since the last reset (pg_stat_statements)."""
+    with psycopg.connect(admin_url(url), autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT s.query, s.calls FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid "
+            "WHERE d.datname = %s",
+            [db_name(url)],
+        ).fetchall()
+    return _pgss_totals({q: float(c) for q, c in rows})
+
+
+def counted_server(url: str, fn: Callable[[], Any], idle: float = 0.0) -> tuple[dict[str, Any], Any]:
+    """Run ``fn``; what the server saw: xact_commit delta and (when loaded) pg_stat_statements.
+
+    With ``idle`` > 0, the database's background activity (a peer's polling
+    threads) is first measured for ``idle`` seconds and subtracted, prorated to
+    the time ``fn`` took.
+    """
+    bg_xact = 0.0
+    bg: dict[str, float] = {}
+    if idle > 0:
+        time.sleep(1.3)
+        x0 = xact_commits(url)
+        if pgss_enabled():
+            pgss_reset(url)
+        t = time.monotonic()
+        time.sleep(idle)
+        if pgss_enabled():
+            bg = {q: c / (time.monotonic() - t) for q, c in pgss_read(url)["by_statement"].items()}
+        time.sleep(1.3)
+        bg_xact = (xact_commits(url) - x0) / (time.monotonic() - t)
+    time.sleep(1.3)
+    before = xact_commits(url)
+    if pgss_enabled():
+        pgss_reset(url)
+    t0 = time.monotonic()
+    value = fn()
+    took = time.monotonic() - t0
+    pgss = None
+    if pgss_enabled():
+        raw = pgss_read(url)["by_statement"]
+        by = {q: c - bg.get(q, 0.0) * took for q, c in raw.items()}
+        pgss = _pgss_totals({q: c for q, c in by.items() if c > 0.5})
+    time.sleep(1.3)
+    xact = xact_commits(url) - before - bg_xact * (took + 2.6)
+    return {"xact_commit": xact, "pgss": pgss, "seconds": took}, value
+
+
+UTILITY = ("BEGIN", "COMMIT", "ROLLBACK")
+
+
+def _pgss_totals(by: dict[str, float]) -> dict[str, Any]:
+    def kind(q: str) -> str:
+        words = q.strip().upper().split(None, 1)
+        return words[0] if words else ""  # "BEGIN ISOLATION LEVEL ..." is a BEGIN
+
+    return {
+        "statements": sum(c for q, c in by.items() if kind(q) not in UTILITY),
+        "begin": sum(c for q, c in by.items() if kind(q) == "BEGIN"),
+        "commit": sum(c for q, c in by.items() if kind(q) == "COMMIT"),
+        "calls": sum(by.values()),
+        "by_statement": by,
+    }
+
+
+def pgss_without(pgss: dict[str, Any] | None, pattern: Callable[[str], bool]) -> dict[str, Any] | None:
+    if pgss is None:
+        return None
+    return _pgss_totals({q: c for q, c in pgss["by_statement"].items() if not pattern(q)})
+
+
+def serve(run: Callable[[list[str]], dict[str, Any]]) -> None:
+    """Answer one command (a JSON list of arguments) per stdin line with an ``@@RESULT`` line."""
+    for line in sys.stdin:
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            result = run(json.loads(line))
+        except Exception as exc:  # noqa: BLE001 - reported to the driver
+            import traceback
+
+            traceback.print_exc()
+            result = {"error": f"{type(exc).__name__}: {exc}"}
+        emit(result)
+
+
+def wait_for(predicate: Callable[[], Any], what: str, timeout: float, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)

@@ -1,0 +1,44 @@
+"""Django settings of the benchmark processes (driver, Celery workers, durable_worker).
+
+``DATABASE_URL`` is the benchmark's own PostgreSQL database (``./bench/run`` sets
+it from ``BENCH_DATABASE_URL``, default ``postgres://postgres@127.0.0.1:5432/bench``,
+and drops/re-creates that database on every run). ``CELERY_BROKER_URL`` is a
+dedicated Redis database (default db 11). ``BENCH_TRANSPORT`` picks durable's
+transport for the process; ``BENCH_CONN_MAX_AGE`` Django's persistent
+connections (default 600 s, as a tuned deployment would; ``0`` is Django's
+default of one connection per request/task).
+"""
+
+import os
+
+import environ
+
+env = environ.Env()
+
+SECRET_KEY = "bench-only"
+DEBUG = False
+ALLOWED_HOSTS = ["*"]
+USE_TZ = True
+TIME_ZONE = "UTC"
+INSTALLED_APPS = ["durable", "bench.apps.BenchConfig"]
+DATABASES = {"default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/bench")}
+DATABASES["default"]["CONN_MAX_AGE"] = env.int("BENCH_CONN_MAX_AGE", default=600)
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/11")
+# Celery's Django fixup closes every database connection before and after each task
+# unless this is set (an experiment knob; unset is what a user gets by default).
+if os.environ.get("BENCH_CELERY_DB_REUSE_MAX"):
+    CELERY_DB_REUSE_MAX = int(os.environ["BENCH_CELERY_DB_REUSE_MAX"])
+
+DURABLE = {"TRANSPORT": env("BENCH_TRANSPORT", default="inline"), "EMBEDDED_WORKER": False}
+for key in ("WORKER_THREADS", "SWEEP_BATCH"):
+    if os.environ.get(f"BENCH_{key}"):
+        DURABLE[key] = int(os.environ[f"BENCH_{key}"])
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+}

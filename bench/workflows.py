@@ -1,0 +1,64 @@
+"""The benchmark's durable workflows (auto-discovered: ``bench`` is an installed app)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import durable
+from bench import probe
+
+
+def noop(i: int) -> int:
+    return i
+
+
+@durable.workflow(name="bench_local")
+def local_steps(ctx: Any, n: int) -> int:
+    """``n`` in-process steps (``ctx.local_step``), each checkpointed."""
+    for i in range(n):
+        ctx.local_step(f"s{i}", noop, i)
+    return n
+
+
+# Dispatched steps. Names without a dot route to the default queue ("durable").
+@durable.step(name="bench_first")
+def first_step(notify: bool) -> int:
+    info = durable.current_step()
+    probe.first(info.run_id if info else "?")
+    return 1
+
+
+@durable.step(name="bench_mid")
+def mid_step() -> int:
+    return 2
+
+
+@durable.step(name="bench_last")
+def last_step(notify: bool) -> int:
+    info = durable.current_step()
+    probe.last(info.run_id if info else "?", notify)
+    return 3
+
+
+@durable.workflow(name="bench_dispatched")
+def dispatched(ctx: Any, data: dict[str, Any]) -> list[int]:
+    """Three dispatched steps (``ctx.step``), each a Celery hop to a worker."""
+    notify = bool(data.get("notify"))
+    return [ctx.step(first_step, notify), ctx.step(mid_step), ctx.step(last_step, notify)]
+
+
+@durable.workflow(name="bench_dispatched_n")
+def dispatched_n(ctx: Any, n: int) -> int:
+    """``n`` dispatched steps; the last one tells the driver (Redis) that it ran."""
+    for _ in range(n - 1):
+        ctx.step(mid_step)
+    ctx.step(last_step, True)
+    return n
+
+
+@durable.workflow(name="bench_sleeper")
+def sleeper(ctx: Any, due: float) -> float:
+    """Sleep until the shared moment ``due`` (a UNIX timestamp)."""
+    ctx.sleep_until(datetime.fromtimestamp(due, UTC))
+    return due
