@@ -89,6 +89,9 @@ STATIC_ROOT = BASE_DIR / "staticfiles"
 
 # Celery (distributed mode). Unset: everything runs in-process.
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=None)
+# Keep a worker's database connection across tasks (Celery's Django fixup otherwise closes it
+# after every task, and each step then pays for a new connection).
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 
 DURABLE = {
     "TRANSPORT": env("DURABLE_TRANSPORT", default=None),
