@@ -31,7 +31,7 @@ def _never() -> bool:
 
 
 def expire_timeouts(engine: Engine, *, should_stop: StopCheck = _never) -> int:
-    """Fail runs past their execution timeout (``@workflow(timeout=...)``)."""
+    """Stop runs past their execution timeout (``@workflow(timeout=...)``); they end ``failed``."""
     now = clock.now()
     done = 0
     for run_id in engine.store.overdue_runs(now, engine.settings.sweep_batch):
@@ -45,7 +45,17 @@ def expire_timeouts(engine: Engine, *, should_stop: StopCheck = _never) -> int:
             "traceback": None,
         }
         rec = engine.store.get_run(run_id)
-        owed = lifecycle.owed_record(engine, rec.workflow, "failed") if rec is not None else None
+        if rec is None:
+            continue
+        if rec.status != "blocked":
+            # The run's next turn stops at its first new operation, undoes completed steps
+            # that declared a compensation (a saga), and ends failed with this error.
+            if engine.store.request_timeout(run_id, now, error):
+                done += 1
+                engine.transport.dispatch_turn(run_id)
+            continue
+        # A blocked run cannot execute its undo here: it fails at once.
+        owed = lifecycle.owed_record(engine, rec.workflow, "failed")
         if engine.store.fail_overdue(run_id, now, error, owed):
             done += 1
             _notify(engine, run_id)

@@ -578,3 +578,21 @@ def test_list_runs_accepts_far_timezone_offsets():
 
     far = datetime(1944, 12, 10, 16, 5, tzinfo=timezone(timedelta(hours=22, minutes=37)))
     assert durable.list_runs(created_after=far).items == []
+
+
+@durable.workflow(name="c_slow_saga", timeout="1h")
+def c_slow_saga(ctx):
+    ctx.local_step("book", lambda: "B1", compensate=lambda i, o: undone.append(("unbook", o)))
+    ctx.sleep("2h")
+    return "never"
+
+
+def test_execution_timeout_undoes_completed_steps_and_fails():
+    with fake_clock() as fc:
+        run_id = durable.start(c_slow_saga)
+        run_until_settled(run_id)
+        fc.advance("61m")
+        run = run_until_settled(run_id)
+    assert run.status == "failed" and run.error["code"] == "timeout"
+    assert undone == [("unbook", "B1")]
+    assert [c["status"] for c in run.error["compensation"]] == ["completed"]

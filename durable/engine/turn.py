@@ -351,6 +351,10 @@ def _cancel(turn: Turn, ctx: WorkflowContext) -> Outcome:
             turn.defer(CheckpointWrite(rec, create=False, expect=("pending", "running")))
     turn.waiters.clear()
     report = _compensate(ctx)
+    timeout = turn.run.error if isinstance(turn.run.error, dict) else {}
+    if timeout.get("code") == "timeout":
+        # Stopped by its execution timeout: a failure, with the saga's report.
+        return Outcome("failed", error={**timeout, "compensation": report})
     return Outcome(
         "cancelled",
         error={

@@ -109,7 +109,24 @@ class SweepsStore(StoreBase):
         return _run_record(row)
 
     def overdue_runs(self, now: datetime, limit: int) -> list[str]:
-        return list(Run.objects.filter(deadline_at__lt=now, status__in=ACTIVE).values_list("id", flat=True)[:limit])
+        return list(
+            Run.objects.filter(deadline_at__lt=now, status__in=ACTIVE, cancel_requested=False).values_list(
+                "id", flat=True
+            )[:limit]
+        )
+
+    def request_timeout(self, run_id: str, now: datetime, error: dict[str, Any]) -> bool:
+        """Ask an overdue run to stop: its next turn undoes what it can and ends failed with ``error``."""
+        with transaction.atomic():
+            asked = Run.objects.filter(
+                id=run_id,
+                deadline_at__lt=now,
+                status__in=(RunStatus.PENDING, RunStatus.SUSPENDED, RunStatus.RUNNING),
+                cancel_requested=False,
+            ).update(cancel_requested=True, error=error, updated_at=now)
+            if asked:
+                Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now)
+        return bool(asked)
 
     def fail_overdue(
         self, run_id: str, now: datetime, error: dict[str, Any], lifecycle: dict[str, Any] | None = None
