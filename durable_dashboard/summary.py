@@ -37,42 +37,52 @@ def _floor(when: datetime, hourly: bool) -> datetime:
     return when if hourly else when.replace(hour=0)
 
 
-def _buckets(qs: QuerySet[Run], field: str, since: datetime, hourly: bool, **filters: Any) -> dict[datetime, int]:
-    trunc = TruncHour if hourly else TruncDay
-    rows = (
-        qs.filter(**{f"{field}__gte": since}, **filters)
-        .annotate(bucket=trunc(field))
-        .values("bucket")
-        .annotate(n=Count("id"))
-        .order_by()
-    )
-    return {row["bucket"]: row["n"] for row in rows if row["bucket"] is not None}
-
-
 def compute(qs: QuerySet[Run], window: str, now: datetime) -> dict[str, Any]:
-    """The summary of ``qs`` (already limited to visible namespaces) over ``window``."""
+    """The summary of ``qs`` (already limited to visible namespaces) over ``window``.
+
+    Three aggregate queries: runs created in the window (by bucket, workflow and
+    status), runs that ended in the window (by bucket and status), and runs per status.
+    """
     span = WINDOWS.get(window, WINDOWS["24h"])
     hourly = span <= timedelta(hours=48)
     step = timedelta(hours=1) if hourly else timedelta(days=1)
+    trunc = TruncHour if hourly else TruncDay
     first = _floor(now - span, hourly) + step
     buckets = []
     t = first
     while t <= now:
         buckets.append(t)
         t += step
-    series = {
-        "started": _buckets(qs, "created_at", first, hourly),
-        "completed": _buckets(qs, "finished_at", first, hourly, status=RunStatus.COMPLETED),
-        "failed": _buckets(qs, "finished_at", first, hourly, status__in=[RunStatus.FAILED, RunStatus.DEAD]),
-    }
-    by_status = {row["status"]: row["n"] for row in qs.values("status").annotate(n=Count("id")).order_by()}
+    started: dict[datetime, int] = {}
     by_workflow: dict[str, dict[str, int]] = {}
-    for row in qs.filter(created_at__gte=first).values("workflow", "status").annotate(n=Count("id")).order_by():
+    created = (
+        qs.filter(created_at__gte=first)
+        .annotate(bucket=trunc("created_at"))
+        .values("bucket", "workflow", "status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in created:
+        started[row["bucket"]] = started.get(row["bucket"], 0) + row["n"]
         counts = by_workflow.setdefault(row["workflow"], {"total": 0})
         counts[row["status"]] = counts.get(row["status"], 0) + row["n"]
         counts["total"] += row["n"]
         if row["status"] in ACTIVE:
             counts["active"] = counts.get("active", 0) + row["n"]
+    completed: dict[datetime, int] = {}
+    failed: dict[datetime, int] = {}
+    ended = (
+        qs.filter(finished_at__gte=first, status__in=[RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.DEAD])
+        .annotate(bucket=trunc("finished_at"))
+        .values("bucket", "status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in ended:
+        target = completed if row["status"] == RunStatus.COMPLETED else failed
+        target[row["bucket"]] = target.get(row["bucket"], 0) + row["n"]
+    series = {"started": started, "completed": completed, "failed": failed}
+    by_status = {row["status"]: row["n"] for row in qs.values("status").annotate(n=Count("id")).order_by()}
     return {
         "window": window if window in WINDOWS else "24h",
         "hourly": hourly,
