@@ -112,6 +112,7 @@ class Run(models.Model):
             # lists per namespace and status, newest first
             models.Index(fields=["namespace", "status", "-created_at"], name="durable_run_ns_status_created"),
             models.Index(fields=["workflow", "-created_at"], name="durable_run_wf_created"),
+            models.Index(fields=["workflow", "status", "-created_at"], name="durable_run_wf_status_created"),
             models.Index(fields=["-created_at"], name="durable_run_created"),
             # execution timeouts
             models.Index(

@@ -210,3 +210,14 @@ def test_transport_auto_selects_celery_with_a_broker():
         assert conf.get().transport == "celery"
     with override_settings(DURABLE={}, CELERY_BROKER_URL=None):
         assert conf.get().transport == "inline"
+
+
+def test_to_json_refuses_what_no_database_can_store():
+    with pytest.raises(InvalidInput, match="NUL"):
+        to_json({"a": "x\x00y"})
+    with pytest.raises(InvalidInput, match="surrogate"):
+        to_json(["\ud800"])
+    assert to_json({"emoji": "😀", "text": "a literal \\u0000 is fine"}) == {
+        "emoji": "😀",
+        "text": "a literal \\u0000 is fine",
+    }

@@ -9,10 +9,15 @@ replayed from the database later.
 from __future__ import annotations
 
 import json
+import re
 import traceback
 from typing import Any
 
 from durable.exceptions import FatalError, InvalidInput
+
+# An escaped NUL not preceded by an escaped backslash; a surrogate code point left alone.
+_NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def to_json(value: Any, what: str = "value", *, max_bytes: int | None = None) -> Any:
@@ -21,6 +26,11 @@ def to_json(value: Any, what: str = "value", *, max_bytes: int | None = None) ->
         text = json.dumps(value, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:
         raise InvalidInput(f"{what} must be JSON-serialisable: {exc}") from None
+    # PostgreSQL's jsonb cannot hold NUL, nor any database an unpaired surrogate.
+    if "\\u0000" in text and _NUL.search(text):
+        raise InvalidInput(f"{what} contains a NUL character (\\u0000), which cannot be stored")
+    if "\\ud" in text and _LONE_SURROGATE.search(json.dumps(value, allow_nan=False, ensure_ascii=False)):
+        raise InvalidInput(f"{what} contains an unpaired surrogate, which cannot be stored")
     if max_bytes is not None and len(text.encode()) > max_bytes:
         raise InvalidInput(f"{what} is {len(text.encode())} bytes of JSON; the limit is {max_bytes}")
     # Fast path: scalars need no round trip.
