@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Group
-from django.db import OperationalError, connections
+from django.db import OperationalError
 from django.db.models import Count
 from django.test import override_settings
 
@@ -38,6 +38,7 @@ from durable.runtime import get_engine
 from durable.store import store
 from durable.testing import FakeClock, fake_clock, run_until_settled
 from durable.transports.manual import ManualTransport
+from tests.threads import concurrently, in_other_thread
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -232,54 +233,6 @@ def cfx_tx(ctx: durable.WorkflowContext, name: str) -> str:
 
 
 # -- helpers --------------------------------------------------------------------------------
-
-
-def in_other_thread(fn: Callable[[], Any]) -> Any:
-    """Run ``fn`` to completion in a new thread (its own DB connection); return or re-raise."""
-    box: dict[str, Any] = {}
-
-    def body() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:
-            box["error"] = exc
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=body, daemon=True)
-    thread.start()
-    thread.join(SETTLE)
-    assert not thread.is_alive(), "helper thread hung"
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
-
-
-def concurrently(n: int, fn: Callable[[int], Any]) -> list[Any]:
-    """Call ``fn(i)`` for i in range(n) in n threads released together by a barrier."""
-    barrier = threading.Barrier(n)
-    results: list[Any] = [None] * n
-    errors: list[BaseException | None] = [None] * n
-
-    def body(i: int) -> None:
-        try:
-            barrier.wait(SETTLE)
-            results[i] = fn(i)
-        except BaseException as exc:
-            errors[i] = exc
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(n)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(3 * SETTLE)
-    assert not any(t.is_alive() for t in threads), "a racing thread hung"
-    for error in errors:
-        if error is not None:
-            raise error
-    return results
 
 
 def assert_one_checkpoint_per_seq() -> None:
