@@ -158,14 +158,32 @@ def start(
 
 
 def _create(fields: dict[str, Any]) -> bool:
-    """Insert a run (idempotent) and dispatch it after the caller's transaction commits."""
+    """Insert a run (idempotent) and dispatch it after the caller's transaction commits.
+
+    Outside a transaction, on a transport that runs turns in this process, the
+    run is inserted already leased to this process and its first turn starts
+    at once, without a separate acquire. If this process dies first, the
+    lease expires and the orphan sweep takes the run, as for any turn.
+    """
     run_id = fields["id"]
-    with transaction.atomic():
+    engine = get_engine()
+    if transaction.get_connection().in_atomic_block:
+        with transaction.atomic():
+            created = store.create_run(fields)
+            if created:
+                transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
+        return created
+    run_leased = getattr(engine.transport, "run_leased", None)
+    if run_leased is None:
         created = store.create_run(fields)
         if created:
-            engine = get_engine()
-            transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
-    return created
+            engine.transport.dispatch_turn(run_id)
+        return created
+    now = clock.now()
+    run = store.create_leased_run(fields, engine.owner, now, now + timedelta(seconds=engine.settings.lease))
+    if run is not None:
+        run_leased(run)
+    return run is not None
 
 
 def get_run(run_id: str, *, follow: bool = False) -> RunInfo:

@@ -841,8 +841,13 @@ def _activity() -> str:
         return "\n".join(map(str, cur.fetchall()))
 
 
-def test_duplicate_delivery_racing_the_step_result_does_not_deadlock(tmp_path, monkeypatch):
-    """Forced interleaving: the result holds the run row; a re-delivery claims meanwhile."""
+def test_duplicate_delivery_racing_the_step_result_does_not_deadlock(tmp_path):
+    """Forced interleaving: the result holds the run row; a re-delivery claims meanwhile.
+
+    A third session holds the checkpoint row, so the result write stops right
+    after taking the run row; the re-delivery's claim then queues on the same
+    checkpoint row. Neither may wait on the other once the row is released.
+    """
     log = tmp_path / "exec.log"
     engine = get_engine()
     run_id = durable.start(fw.remote_then_local, {"log": str(log), "value": 7}, run_id="claim-vs-result")
@@ -850,42 +855,46 @@ def test_duplicate_delivery_racing_the_step_result_does_not_deadlock(tmp_path, m
     now = engine_clock.now()
     assert store.claim_step(run_id, 1, "worker-1", now, now + timedelta(minutes=1)) is not None
 
-    redelivery: dict[str, Any] = {}
+    held, release = threading.Event(), threading.Event()
 
-    def redeliver() -> None:
-        try:
-            redelivery["result"] = engine.execute_step(run_id, 1, continue_turn=False)
-        except BaseException as exc:
-            redelivery["error"] = exc
-        finally:
-            connections.close_all()
+    def hold_checkpoint() -> None:
+        with transaction.atomic():
+            Checkpoint.objects.select_for_update().get(run_id=run_id, seq=1)
+            held.set()
+            release.wait(SETTLE)
 
-    original_update = QuerySet.update
-    thread = threading.Thread(target=redeliver, daemon=True)
-    started: list[bool] = []
+    box: dict[str, Any] = {}
 
-    def update(self, **kwargs):
-        # finish_step holds the run row lock here and is about to settle the checkpoint.
-        if self.model is Checkpoint and kwargs.get("status") == "completed" and not started:
-            started.append(True)
-            thread.start()
-            wait_for(
-                lambda: _lock_waiters() > 0 or not thread.is_alive(),
-                "the re-delivery to claim or block",
-                diagnostics=_activity,
-            )
-        return original_update(self, **kwargs)
+    def in_thread(key: str, fn: Any) -> threading.Thread:
+        def body() -> None:
+            try:
+                box[key] = fn()
+            except BaseException as exc:
+                box[key + "_error"] = exc
+            finally:
+                connections.close_all()
 
-    monkeypatch.setattr(QuerySet, "update", update)
-    try:
-        woke = store.finish_step(run_id, 1, engine_clock.now(), output=14)
-    finally:
+        thread = threading.Thread(target=body, daemon=True)
+        thread.start()
+        return thread
+
+    holder = in_thread("hold", hold_checkpoint)
+    assert held.wait(SETTLE)
+    result = in_thread("woke", lambda: store.finish_step(run_id, 1, engine_clock.now(), output=14))
+    wait_for(lambda: _lock_waiters() >= 1, "the result to block on the checkpoint row", diagnostics=_activity)
+    redelivery = in_thread("redelivery", lambda: engine.execute_step(run_id, 1, continue_turn=False))
+    wait_for(
+        lambda: _lock_waiters() >= 2 or not redelivery.is_alive(),
+        "the re-delivery to claim or block",
+        diagnostics=_activity,
+    )
+    release.set()
+    for thread in (holder, result, redelivery):
         thread.join(SETTLE)
-        monkeypatch.undo()
-    assert started == [True]
-    assert "error" not in redelivery, f"the re-delivery failed: {redelivery.get('error')!r}"
-    assert woke is True
-    assert redelivery["result"] == "skipped"
+        assert not thread.is_alive(), f"a session hung:\n{_activity()}"
+    assert not [k for k in box if k.endswith("_error")], box
+    assert box["woke"] is True
+    assert box["redelivery"] == "skipped"
     run = run_until_settled(run_id)
     assert (run.status, run.output) == ("completed", 14)
     assert fw.executions(log, "remote") == 0

@@ -56,10 +56,10 @@ class Engine:
         # Answers "can any live worker run this step?"; see durable.fleet.
         self.fleet: Any = _AnyFleet()
 
-    def run_turn(self, run_id: str, *, acquired: RunRecord | None = None) -> str | None:
+    def run_turn(self, run_id: str, *, acquired: RunRecord | None = None, fresh: bool = False) -> str | None:
         from durable.engine.turn import run_turn
 
-        return run_turn(self, run_id, acquired=acquired)
+        return run_turn(self, run_id, acquired=acquired, fresh=fresh)
 
     def execute_step(self, run_id: str, seq: int, *, continue_turn: bool = True) -> str:
         from durable.engine.steps import execute_step

@@ -104,10 +104,8 @@ class Turn:
             self.flush()
             return
         self.check_lease()
-        now = clock.now()
-        if not self._guard(
-            lambda: self.engine.store.renew_lease(self.run.id, self.engine.owner, now, self.lease_until(now))
-        ):
+        # A read: the keeper renews the lease; this only asks whether a cancel took it.
+        if not self._guard(lambda: self.engine.store.lease_held(self.run.id, self.engine.owner)):
             self.mark_lost()
             raise LeaseLost()
 
@@ -206,14 +204,16 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     return error_record(exc)
 
 
-def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) -> str | None:
+def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None, fresh: bool = False) -> str | None:
     """Run one turn of ``run_id`` if it is due and its lease is free.
 
     Returns the status the turn committed (``suspended``, ``completed``,
     ``failed``, ``blocked``), ``"lost"`` when the lease was lost, ``"fault"``
     when an infrastructure error abandoned the turn, or ``None`` when the run
     was not ours to take (not due, owned by someone else, finished).
-    ``acquired`` is a run whose lease the caller already holds (orphan recovery).
+    ``acquired`` is a run whose lease the caller already holds (orphan recovery,
+    a step result that woke it, a start that inserted it leased); ``fresh``
+    says it cannot have any history yet (its first turn, never attempted).
     """
     store = engine.store
     owner = engine.owner
@@ -231,7 +231,8 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None) 
     hold = None
     try:
         # A run's first turn has no history to read.
-        checkpoints = {} if (acquired is None and run.turns == 1) else store.load_checkpoints(run.id)
+        first = fresh if acquired is not None else run.turns == 1
+        checkpoints = {} if first else store.load_checkpoints(run.id)
         turn = Turn(engine, run, checkpoints)
         hold = engine.keeper.hold(
             engine.settings.lease / 3,

@@ -23,6 +23,7 @@ from durable.models import (
     RunStatus,
     SignalWaiter,
 )
+from durable.store import _pg
 from durable.store._base import (
     CP_STATUS,
     RESETTABLE,
@@ -51,6 +52,27 @@ class RunsStore(StoreBase):
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchone() is not None
+
+    def create_leased_run(
+        self, fields: dict[str, Any], owner: str, now: datetime, lease_until: datetime
+    ) -> RunRecord | None:
+        """Insert the run already leased to ``owner`` for its first turn; None if the id exists.
+
+        The same single idempotent statement as :meth:`create_run`; the run
+        starts ``running`` (turn 1) instead of ``pending``.
+        """
+        leased = {
+            **fields,
+            "status": RunStatus.RUNNING,
+            "locked_by": owner,
+            "locked_until": lease_until,
+            "turns": 1,
+            "started_at": now,
+            "updated_at": now,
+        }
+        if not self.create_run(leased):
+            return None
+        return _run_record(Run(**leased))
 
     def get_run(self, run_id: str) -> RunRecord | None:
         row = Run.objects.filter(id=run_id).first()
@@ -89,6 +111,12 @@ class RunsStore(StoreBase):
         return bool(
             Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(locked_until=lease_until)
         )
+
+    def lease_held(self, run_id: str, owner: str) -> bool:
+        """Does ``owner`` still hold the run's lease (not cancelled, not taken over)? A read."""
+        if _pg.usable():
+            return _pg.lease_held(run_id, owner)
+        return Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).exists()
 
     def release(
         self,

@@ -10,6 +10,7 @@ from django.db import transaction
 from django.db.models import F
 
 from durable.engine.ports import (
+    RunRecord,
     StepClaim,
 )
 from durable.models import (
@@ -18,6 +19,7 @@ from durable.models import (
     Run,
     RunStatus,
 )
+from durable.store import _pg
 from durable.store._base import (
     CP_STATUS,
     StoreBase,
@@ -25,6 +27,9 @@ from durable.store._base import (
 
 
 class StepsStore(StoreBase):
+    # Provided by RunsStore: the store is one class made of these parts.
+    acquire: Callable[[str, str, datetime, datetime], RunRecord | None]
+
     def claim_step(
         self,
         run_id: str,
@@ -34,6 +39,15 @@ class StepsStore(StoreBase):
         lease_until: datetime,
         timeout_of: Callable[[str], float | None] = lambda name: None,
     ) -> StepClaim | None:
+        if _pg.usable():
+            got = _pg.claim_step(run_id, seq, owner, now, lease_until)
+            if got is None:
+                return None
+            cp_id, name, value, attempts, namespace = got
+            timeout = timeout_of(name)
+            if timeout:
+                _pg.set_step_timeout(cp_id, now + timedelta(seconds=timeout))
+            return StepClaim(run_id, seq, name, value, attempts, namespace)
         with transaction.atomic():
             # Lock the checkpoint row only (no join to the run for ordering): the run row is
             # locked first everywhere else, and this must not take it in the other order.
@@ -93,6 +107,9 @@ class StepsStore(StoreBase):
         A duplicate result finds the checkpoint settled, changes nothing, and
         still wakes the run so a resume lost after the first result is re-driven.
         """
+        if retry_at is None and _pg.usable():
+            status, _ = _pg.finish_step(run_id, seq, now, output, error, None)
+            return status == RunStatus.SUSPENDED
         with transaction.atomic():
             status = Run.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
             if status is None or status in (RunStatus.CANCELLED, RunStatus.COMPLETED):
@@ -114,6 +131,31 @@ class StepsStore(StoreBase):
             if status != RunStatus.SUSPENDED:
                 return False
             return bool(Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now))
+
+    def finish_step_and_acquire(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        owner: str,
+        lease_until: datetime,
+        *,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> RunRecord | None:
+        """:meth:`finish_step`, then take the woken run's lease for ``owner`` (its next turn).
+
+        Returns the run, leased, when it was suspended (the caller runs its
+        turn); None when it was not woken (still running elsewhere, blocked,
+        over). On PostgreSQL both happen in the one statement that settles
+        the step.
+        """
+        if _pg.usable():
+            _, run = _pg.finish_step(run_id, seq, now, output, error, (owner, lease_until))
+            return run
+        if not self.finish_step(run_id, seq, now, output=output, error=error):
+            return None
+        return self.acquire(run_id, owner, now, lease_until)
 
     def poke_if_settled(self, run_id: str, seq: int, now: datetime) -> bool:
         settled = Checkpoint.objects.filter(

@@ -25,6 +25,7 @@ from durable.models import (
     RunStatus,
     SignalWaiter,
 )
+from durable.store import _pg
 from durable.store._base import (
     _CP_FIELDS,
     CP_STATUS,
@@ -64,6 +65,8 @@ class TurnsStore(StoreBase):
         lost between the turn's read and its registration. Runs waiting on
         this one are woken after commit (``outcome.woken``).
         """
+        if _pg.usable() and self._simple(writes, outcome):
+            return self._commit_simple(run_id, owner, now, lease_until, writes, outcome)
         waiters = outcome.waiters if outcome is not None else []
         event_names = sorted({w.token[len(EVENT_TOKEN) :] for w in waiters if w.token.startswith(EVENT_TOKEN)})
         try:
@@ -108,6 +111,55 @@ class TurnsStore(StoreBase):
                 tokens += outcome.notify
             if tokens:
                 outcome.woken = self._wake_waiters(tokens, now)
+        return True
+
+    @staticmethod
+    def _simple(writes: TurnWrites, outcome: Outcome | None) -> bool:
+        """The common shapes (steps, timers, a plain end) that one statement can commit."""
+        if writes.new_runs or writes.consumed_signals or writes.cancel_runs:
+            return False
+        if any(w.record.kind in WAIT_KINDS for w in writes.checkpoints):
+            return False  # its waiter rows go too
+        if outcome is None:
+            return True
+        if outcome.status not in (RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED):
+            return False
+        return not (outcome.waiters or outcome.had_waiters or outcome.next_run is not None or outcome.lifecycle)
+
+    def _commit_simple(
+        self,
+        run_id: str,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        writes: TurnWrites,
+        outcome: Outcome | None,
+    ) -> bool:
+        """:meth:`commit` in one statement (PostgreSQL); same guarantees, see :mod:`durable.store._pg`."""
+        fields: dict[str, Any] = dict(writes.run_fields)
+        cancel_wake = None
+        if outcome is not None:
+            # (A flush leaves the lease's expiry to the keeper: no run write, just a share lock.)
+            fields.update(status=outcome.status, updated_at=now, locked_by=None, locked_until=None)
+            if outcome.status == RunStatus.SUSPENDED and outcome.cancel_seen:
+                fields["wake_at"] = outcome.wake_at
+            elif outcome.status == RunStatus.SUSPENDED:
+                cancel_wake = (now, outcome.wake_at)
+            else:
+                fields.update(wake_at=None, finished_at=now, output=outcome.output, error=outcome.error)
+        creates = [w.record for w in writes.checkpoints if w.create]
+        updates = [(w.record, w.expect) for w in writes.checkpoints if not w.create]
+        written, wake_at = _pg.commit(run_id, owner, fields, creates, updates, cancel_wake)
+        if not written:
+            return False
+        if outcome is None:
+            return True
+        if outcome.status == RunStatus.SUSPENDED:
+            outcome.wake_at = wake_at
+            if outcome.step_seqs and _pg.poke_if_settled(run_id, outcome.step_seqs, now):
+                outcome.wake_at = now
+        else:
+            outcome.woken = self._wake_waiters(outcome.notify, now)
         return True
 
     def _settle_waiters(self, run_id: str, writes: TurnWrites, outcome: Outcome, now: datetime) -> None:

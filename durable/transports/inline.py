@@ -20,6 +20,7 @@ from django.db import close_old_connections
 
 if TYPE_CHECKING:
     from durable.engine.core import Engine
+    from durable.engine.ports import RunRecord
 
 logger = logging.getLogger("durable.inline")
 
@@ -39,6 +40,10 @@ class InlineTransport:
 
     def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
         self._submit(lambda: self._get_engine().run_turn(run_id), delay)
+
+    def run_leased(self, run: RunRecord) -> None:
+        """Run the first turn of a run this process inserted already leased (see ``durable.start``)."""
+        self._submit(lambda: self._get_engine().run_turn(run.id, acquired=run, fresh=True), 0.0)
 
     def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None:
         self._submit(lambda: self._get_engine().execute_step(run_id, seq), delay)

@@ -1,0 +1,279 @@
+"""Single-statement forms of the hot-path writes, for PostgreSQL.
+
+A turn's commit, a step's claim and a step's result are each one SQL
+statement here (data-modifying CTEs). Outside a transaction that is one
+round trip and one commit instead of BEGIN, several statements and COMMIT;
+inside one (``ctx.transaction``, a test) it simply joins it. SQLite and the
+rarer shapes of each write keep the ORM versions in the store modules.
+
+Concurrency: every statement keeps the guarantees of the ORM version it
+replaces. The commit's lease compare-and-set is the first CTE and every
+other part reads its output, so a lost lease writes nothing. Where a
+statement must see the latest committed state of a row it waits for (a
+step result arriving while a turn commits), it locks that row in a
+``FOR UPDATE`` CTE and filters on that CTE's output, never on the
+statement's snapshot, which was taken before the wait.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import Field
+
+from durable.engine.ports import CheckpointRecord, RunRecord
+from durable.models import ACTIVE, Checkpoint, Run, RunStatus
+
+_q = connection.ops.quote_name
+RUN_TABLE = _q(Run._meta.db_table)
+CP_TABLE = _q(Checkpoint._meta.db_table)
+_RUN_COLUMNS: list[Field[Any, Any]] = list(Run._meta.concrete_fields)
+_CP_INSERT: list[Field[Any, Any]] = [f for f in Checkpoint._meta.concrete_fields if not f.primary_key]
+_RUN_FIELD = {f.name: f for f in _RUN_COLUMNS}
+_CP_FIELD = {f.name: f for f in Checkpoint._meta.concrete_fields}
+_RECORD_FIELDS = list(RunRecord.__dataclass_fields__)
+_ACTIVE = [str(s) for s in ACTIVE]
+
+
+def usable() -> bool:
+    return connection.vendor == "postgresql"
+
+
+def _col(field: Field[Any, Any]) -> str:
+    return _q(str(field.column))
+
+
+_CASTS: dict[Field[Any, Any], str] = {}
+
+
+def _param(field: Field[Any, Any]) -> str:
+    # Explicit casts: parameters in a SELECT list (INSERT ... SELECT) have no column to infer from.
+    cast = _CASTS.get(field)
+    if cast is None:
+        cast = _CASTS[field] = f"%s::{field.cast_db_type(connection)}"
+    return cast
+
+
+def _prep(field: Field[Any, Any], value: Any) -> Any:
+    return field.get_db_prep_save(value, connection)
+
+
+def _run_select(alias: str) -> str:
+    return ", ".join(f"{alias}.{_col(f)}" for f in _RUN_COLUMNS)
+
+
+def _to_run(values: Sequence[Any]) -> RunRecord:
+    """A RunRecord from a row of ``_run_select`` columns (JSON arrives as text)."""
+    data = {}
+    for field, value in zip(_RUN_COLUMNS, values, strict=True):
+        if value is not None and hasattr(field, "from_db_value"):
+            value = field.from_db_value(value, None, connection)
+        data[field.attname] = value
+    return RunRecord(**{name: data[name] for name in _RECORD_FIELDS})
+
+
+def _execute(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+# -- a turn's commit ----------------------------------------------------------------
+_LEASED = f"{_q('id')} = %s AND {_q('status')} = %s AND {_q('locked_by')} = %s"
+_CP_RECORD = set(CheckpointRecord.__dataclass_fields__)
+# Columns a checkpoint update may change (identity and dispatch fields stay as inserted).
+_CP_UPDATABLE = [
+    name
+    for name in CheckpointRecord.__dataclass_fields__
+    if name not in ("seq", "name", "kind", "queue", "enqueued_at", "input")
+]
+
+
+def _cp_value(run_id: str, rec: CheckpointRecord, field: Field[Any, Any]) -> Any:
+    if field.name == "run":
+        return run_id
+    if field.name in _CP_RECORD:
+        return getattr(rec, field.name)
+    return field.get_default()
+
+
+def _set_clause(fields: dict[str, Any], params: list[Any]) -> str:
+    parts = []
+    for name, value in fields.items():
+        field = _RUN_FIELD[name]
+        parts.append(f"{_col(field)} = {_param(field)}")
+        params.append(_prep(field, value))
+    return ", ".join(parts)
+
+
+def commit(
+    run_id: str,
+    owner: str,
+    run_fields: dict[str, Any],
+    creates: list[CheckpointRecord],
+    updates: list[tuple[CheckpointRecord, tuple[str, ...]]],
+    cancel_wake: tuple[datetime, datetime | None] | None = None,
+) -> tuple[bool, datetime | None]:
+    """Write the run's fields and its checkpoints if ``owner`` still holds the lease.
+
+    ``cancel_wake=(now, wake_at)``: a suspending turn's wake time, replaced by
+    ``now`` when a cancel-with-undo arrived during the turn. Returns whether
+    anything was written (False: the lease was gone) and the run's
+    ``wake_at`` as written.
+    """
+    params: list[Any] = []
+    sets = _set_clause(run_fields, params)
+    if cancel_wake is not None:
+        sets += (
+            f"{', ' if sets else ''}{_q('wake_at')} = "
+            f"CASE WHEN {_q('cancel_requested')} THEN %s::timestamptz ELSE %s::timestamptz END"
+        )
+        params += list(cancel_wake)
+    if sets:
+        lease = f"UPDATE {RUN_TABLE} SET {sets} WHERE {_LEASED} RETURNING {_q('wake_at')}"
+    else:
+        # Nothing to change on the run: a share lock is enough to serialise with a cancel
+        # or a takeover (both update the row), and costs no new row version.
+        lease = f"SELECT {_q('wake_at')} FROM {RUN_TABLE} WHERE {_LEASED} FOR SHARE"
+    ctes = [f"lease AS ({lease})"]
+    params += [run_id, RunStatus.RUNNING, owner]
+    for i, (rec, expect) in enumerate(updates):
+        cols = []
+        for name in _CP_UPDATABLE:
+            value = getattr(rec, name)
+            if name in ("started_at", "attempts") and not value:
+                continue
+            field = _CP_FIELD[name]
+            cols.append(f"{_col(field)} = {_param(field)}")
+            params.append(_prep(field, value))
+        ctes.append(
+            f"u{i} AS (UPDATE {CP_TABLE} SET {', '.join(cols)} WHERE {_q('run_id')} = %s AND {_q('seq')} = %s "
+            f"AND {_q('status')} = ANY(%s) AND EXISTS (SELECT 1 FROM lease))"
+        )
+        params += [run_id, rec.seq, list(expect)]
+    if creates:
+        row = f"SELECT {', '.join(_param(f) for f in _CP_INSERT)} FROM lease"
+        for rec in creates:
+            params += [_prep(f, _cp_value(run_id, rec, f)) for f in _CP_INSERT]
+        names = ", ".join(_col(f) for f in _CP_INSERT)
+        ctes.append(f"ins AS (INSERT INTO {CP_TABLE} ({names}) {' UNION ALL '.join([row] * len(creates))})")
+    found = _execute(f"WITH {', '.join(ctes)} SELECT {_q('wake_at')} FROM lease", params)
+    if not found:
+        return False, None
+    wake: datetime | None = found[0][0]
+    return True, wake
+
+
+def poke_if_settled(run_id: str, seqs: list[int], now: datetime) -> bool:
+    """Wake a run that just suspended if one of the steps it waits on settled meanwhile.
+
+    Run after the suspending commit: a result that committed before it found the
+    run still running and left the wake to us; one that commits after it wakes
+    the run itself.
+    """
+    sql = (
+        f"UPDATE {RUN_TABLE} SET {_q('wake_at')} = %s WHERE {_q('id')} = %s AND {_q('status')} = %s "
+        f"AND EXISTS (SELECT 1 FROM {CP_TABLE} WHERE {_q('run_id')} = %s AND {_q('seq')} = ANY(%s) "
+        f"AND {_q('status')} IN ('completed', 'failed')) RETURNING 1"
+    )
+    return bool(_execute(sql, [now, run_id, RunStatus.SUSPENDED, run_id, seqs]))
+
+
+def lease_held(run_id: str, owner: str) -> bool:
+    sql = f"SELECT 1 FROM {RUN_TABLE} WHERE {_q('id')} = %s AND {_q('status')} = %s AND {_q('locked_by')} = %s"
+    return bool(_execute(sql, [run_id, RunStatus.RUNNING, owner]))
+
+
+# -- dispatched steps ---------------------------------------------------------------
+_CLAIM = (
+    f"UPDATE {CP_TABLE} c SET {_q('status')} = 'running', {_q('attempts')} = c.{_q('attempts')} + 1, "
+    f"{_q('locked_by')} = %s, {_q('wake_at')} = %s, {_q('dispatches')} = 0, {_q('started_at')} = %s, "
+    f"{_q('timeout_at')} = NULL FROM {RUN_TABLE} r "
+    f"WHERE c.{_q('run_id')} = %s AND c.{_q('seq')} = %s AND c.{_q('kind')} = 'step' AND c.{_q('status')} = 'pending' "
+    f"AND (c.{_q('retry_at')} IS NULL OR c.{_q('retry_at')} <= %s) AND r.{_q('id')} = c.{_q('run_id')} "
+    f"AND r.{_q('status')} = ANY(%s) "
+    f"RETURNING c.{_q('id')}, c.{_q('name')}, c.{_q('input')}, c.{_q('attempts')}, r.{_q('namespace')}"
+)
+
+
+def claim_step(
+    run_id: str, seq: int, owner: str, now: datetime, lease_until: datetime
+) -> tuple[int, str, Any, int, str] | None:
+    """Claim a pending, due step of an active run: one UPDATE that locks the checkpoint row only.
+
+    The run row is read, not locked (the run row is locked first everywhere
+    else); a cancel racing the claim is settled by the result write, which
+    drops results for cancelled runs.
+    """
+    rows = _execute(_CLAIM, [owner, lease_until, now, run_id, seq, now, _ACTIVE])
+    if not rows:
+        return None
+    cp_id, name, raw_input, attempts, namespace = rows[0]
+    value = _CP_FIELD["input"].from_db_value(raw_input, None, connection) if raw_input is not None else None  # type: ignore[attr-defined]
+    return cp_id, name, value, attempts, namespace
+
+
+def set_step_timeout(cp_id: int, timeout_at: datetime) -> None:
+    _execute(f"UPDATE {CP_TABLE} SET {_q('timeout_at')} = %s WHERE {_q('id')} = %s", [timeout_at, cp_id])
+
+
+def finish_step(
+    run_id: str,
+    seq: int,
+    now: datetime,
+    output: Any,
+    error: dict[str, Any] | None,
+    take: tuple[str, datetime] | None,
+) -> tuple[str | None, RunRecord | None]:
+    """Settle a running or pending step and wake its run, in one statement.
+
+    The run row is locked first (``FOR UPDATE``, latest committed version),
+    then the checkpoint. Nothing is settled for a missing, cancelled or
+    completed run. A suspended run is woken; with ``take=(owner,
+    lease_until)`` it is instead leased to ``owner`` at once (the caller runs
+    its next turn: no wake write, no separate acquire). Returns the run's
+    status as found and the run as leased (or None).
+    """
+    settled = "failed" if error is not None else "completed"
+    out_field, err_field = _CP_FIELD["output"], _CP_FIELD["error"]
+    params: list[Any] = [run_id]
+    if take is not None:
+        owner, lease_until = take
+        wake = (
+            f"{_q('status')} = 'running', {_q('locked_by')} = %s, {_q('locked_until')} = %s, "
+            f"{_q('updated_at')} = %s, {_q('turns')} = d.{_q('turns')} + 1, "
+            f"{_q('started_at')} = COALESCE(d.{_q('started_at')}, %s)"
+        )
+        params += [owner, lease_until, now, now]
+    else:
+        wake = f"{_q('wake_at')} = %s"
+        params.append(now)
+    sql = (
+        f"WITH old AS (SELECT {_q('id')}, {_q('status')} FROM {RUN_TABLE} WHERE {_q('id')} = %s FOR UPDATE), "
+        f"woke AS (UPDATE {RUN_TABLE} d SET {wake} FROM old WHERE d.{_q('id')} = old.{_q('id')} "
+        f"AND old.{_q('status')} = 'suspended' RETURNING {_run_select('d')}), "
+        f"cp AS (UPDATE {CP_TABLE} SET {_q('status')} = %s, {_q('output')} = {_param(out_field)}, "
+        f"{_q('error')} = {_param(err_field)}, {_q('wake_at')} = NULL, {_q('finished_at')} = %s, "
+        f"{_q('locked_by')} = NULL WHERE {_q('run_id')} = %s AND {_q('seq')} = %s "
+        f"AND {_q('status')} IN ('pending', 'running') "
+        f"AND EXISTS (SELECT 1 FROM old WHERE {_q('status')} NOT IN ('cancelled', 'completed'))) "
+        f"SELECT old.{_q('status')}, woke.* FROM old LEFT JOIN woke ON true"
+    )
+    params += [
+        settled,
+        _prep(out_field, output if error is None else None),
+        _prep(err_field, error),
+        now,
+        run_id,
+        seq,
+    ]
+    rows = _execute(sql, params)
+    if not rows:
+        return None, None
+    status, *run = rows[0]
+    if take is None or run[0] is None:
+        return status, None
+    return status, _to_run(run)
