@@ -26,8 +26,8 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("BENCH_CONN_MAX_AGE", default=600
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default="redis://127.0.0.1:6379/11")
-# Celery's Django fixup closes every database connection before and after each task
-# unless this is set (an experiment knob; unset is what a user gets by default).
+# durable's configure(app) sets CELERY_DB_REUSE_MAX (100) when the settings do not; this
+# overrides it (an experiment knob).
 if os.environ.get("BENCH_CELERY_DB_REUSE_MAX"):
     CELERY_DB_REUSE_MAX = int(os.environ["BENCH_CELERY_DB_REUSE_MAX"])
 

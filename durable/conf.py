@@ -33,6 +33,10 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           dispatching a step that no live worker serves.
 ``FLEET_TTL``             30s. A worker's advertisement expires this long after
                           its last heartbeat.
+``EAGER_STEPS``           True. A Celery worker whose turn dispatches a step to a
+                          queue it consumes claims that step in the turn's own
+                          commit and runs it at once, instead of a broker round
+                          trip (one step per turn; the others are dispatched).
 """
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     "SWEEP_BATCH": 100,
     "FLEET_CHECK": True,
+    "EAGER_STEPS": True,
     "FLEET_TTL": 30.0,
 }
 
@@ -96,6 +101,7 @@ class DurableSettings:
     max_payload_bytes: int
     sweep_batch: int
     fleet_check: bool
+    eager_steps: bool
     fleet_ttl: float
 
 
@@ -152,6 +158,7 @@ def _parse(raw: Any) -> DurableSettings:
         max_payload_bytes=values["MAX_PAYLOAD_BYTES"],
         sweep_batch=values["SWEEP_BATCH"],
         fleet_check=bool(values["FLEET_CHECK"]),
+        eager_steps=bool(values["EAGER_STEPS"]),
         fleet_ttl=values["FLEET_TTL"],
     )
 

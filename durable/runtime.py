@@ -14,6 +14,8 @@ _lock = threading.Lock()
 _engine: Engine | None = None
 _owner = make_owner_id()
 _keeper: LeaseKeeper | None = None
+# Step routes this process's Celery worker consumes (kept across fork: the pool inherits them).
+_eager_routes: frozenset[str | None] = frozenset()
 
 
 def _after_fork() -> None:
@@ -53,6 +55,7 @@ def get_engine() -> Engine:
         transport = build(settings.transport, get_engine, settings.worker_threads)
         _engine = Engine(store, transport, settings, owner=_owner, keeper=_keeper)
         _engine.fleet = _fleet(settings, store)
+        _engine.eager_routes = _eager_routes
         if old is not None:
             _engine.listeners = old.listeners
             _engine.lifecycle_listeners = old.lifecycle_listeners
@@ -65,6 +68,14 @@ def get_engine() -> Engine:
             _engine.listeners.append(signals.send_status)
             _engine.lifecycle_listeners.append(signals.send_lifecycle)
         return _engine
+
+
+def serve_routes_eagerly(routes: frozenset[str | None]) -> None:
+    """Declare the step routes this worker process consumes (see ``EAGER_STEPS``)."""
+    global _eager_routes
+    _eager_routes = routes
+    if _engine is not None:
+        _engine.eager_routes = routes
 
 
 def _fleet(settings: conf.DurableSettings, store: object) -> object:

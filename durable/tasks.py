@@ -1,6 +1,12 @@
 """Thin Celery tasks: each loads ids from its message and calls the engine.
 
 Imported by Celery's autodiscovery; nothing else in durable imports Celery.
+
+Each task starts as a Django request does: ``close_old_connections()`` drops a
+connection past ``CONN_MAX_AGE`` or broken by an earlier error (a database
+restart), so one failed task does not leave the worker on a dead connection.
+(``configure(app)`` stops Celery's Django fixup from closing every connection
+around every task; with ``CONN_MAX_AGE`` set, workers keep theirs.)
 """
 
 from __future__ import annotations
@@ -9,6 +15,7 @@ from typing import Any
 
 from celery import shared_task
 from celery.signals import celeryd_after_setup, worker_shutdown
+from django.db import close_old_connections
 
 from durable import sweeps
 from durable.runtime import get_engine
@@ -16,11 +23,13 @@ from durable.runtime import get_engine
 
 @shared_task(name="durable.run_turn", ignore_result=True)
 def run_turn(run_id: str) -> str | None:
+    close_old_connections()
     return get_engine().run_turn(run_id)
 
 
 @shared_task(name="durable.execute_step", ignore_result=True)
 def execute_step(run_id: str, seq: int) -> str:
+    close_old_connections()
     return get_engine().execute_step(run_id, seq)
 
 
@@ -39,9 +48,13 @@ _advertiser: Any = None
 def _advertise(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
     global _advertiser
     from durable.fleet import Advertiser
+    from durable.runtime import serve_routes_eagerly
+    from durable.transports.celery import DEFAULT_QUEUE
 
-    engine = get_engine()
     queues = list(instance.app.amqp.queues.consume_from.keys()) if instance is not None else []
+    # A step without a route goes to the default queue; one routed there by name runs here too.
+    serve_routes_eagerly(frozenset([*queues, *([None] if DEFAULT_QUEUE in queues else [])]))
+    engine = get_engine()
     _advertiser = Advertiser(engine.store, engine.owner, queues, engine.settings.fleet_ttl)
     _advertiser.start()
 

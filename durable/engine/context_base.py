@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable.engine import clock
 from durable.engine.durations import Duration, parse_duration
-from durable.engine.ports import CheckpointRecord, CheckpointWrite
+from durable.engine.ports import CheckpointRecord, CheckpointWrite, StepClaim
 from durable.engine.serialization import error_record, to_json
 from durable.exceptions import Blocked, CancelRequested, NonDeterminismError, SignalTimeout, Suspend
 
@@ -123,7 +123,28 @@ class ContextBase:
                 }
             )
         now = clock.now()
-        step_lease = turn.engine.settings.step_lease
+        engine = turn.engine
+        if turn.eager is None and engine.settings.eager_steps and sd.route in engine.eager_routes:
+            # Claimed in the turn's own commit, exactly as a worker's claim would (one
+            # attempt, execution lease); this process runs it once the commit lands.
+            rec = CheckpointRecord(
+                seq=seq,
+                name=sd.name,
+                kind="step",
+                status=RUNNING,
+                input=payload,
+                queue=sd.route,
+                enqueued_at=now,
+                attempts=1,
+                started_at=now,
+                locked_by=engine.owner,
+                wake_at=now + timedelta(seconds=engine.settings.step_execution_lease),
+                timeout_at=now + timedelta(seconds=sd.timeout) if sd.timeout else None,
+            )
+            turn.defer(CheckpointWrite(rec, create=True))
+            turn.eager = StepClaim(self.run_id, seq, sd.name, payload, 1, self.namespace)
+            return
+        step_lease = engine.settings.step_lease
         rec = CheckpointRecord(
             seq=seq,
             name=sd.name,
@@ -138,7 +159,7 @@ class ContextBase:
         )
         turn.defer(CheckpointWrite(rec, create=True))
         run_id = self.run_id
-        turn.after_commit(lambda: turn.engine.transport.dispatch_step(run_id, seq, sd.route))
+        turn.after_commit(lambda: engine.transport.dispatch_step(run_id, seq, sd.route))
 
     def _wait_buffered(self, token: str, name: str, kind: str, timeout: Duration | None) -> Any:
         """Consume the oldest signal buffered under ``token``, or wait for one."""

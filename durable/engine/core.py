@@ -55,6 +55,10 @@ class Engine:
         self.lifecycle_listeners: list[Callable[[RunRecord, str, str], None]] = []
         # Answers "can any live worker run this step?"; see durable.fleet.
         self.fleet: Any = _AnyFleet()
+        # Step routes this process consumes (None: the default queue). A turn run here
+        # claims one dispatched step on these routes in its own commit and runs it at
+        # once (EAGER_STEPS); set by the Celery worker, empty elsewhere.
+        self.eager_routes: frozenset[str | None] = frozenset()
 
     def run_turn(self, run_id: str, *, acquired: RunRecord | None = None, fresh: bool = False) -> str | None:
         from durable.engine.turn import run_turn

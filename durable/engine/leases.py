@@ -44,16 +44,21 @@ class LeaseKeeper:
         self._changed = threading.Event()
         self._thread: threading.Thread | None = None
         self._close_connection = close_connection
+        self._sleeping_until = float("-inf")  # when the keeper next looks (inf: not until woken)
 
     def hold(self, interval: float, renew: Callable[[], bool], on_lost: Callable[[], None]) -> Hold:
         key = next(self._ids)
+        due = time.monotonic() + interval
         with self._lock:
-            self._held[key] = _Held(interval, renew, on_lost, time.monotonic() + interval)
+            self._held[key] = _Held(interval, renew, on_lost, due)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._loop, name="durable-lease-keeper", daemon=True)
                 self._thread.start()
-        # A new hold may be due sooner than what the keeper is sleeping for.
-        self._changed.set()
+            # Wake the keeper only if it sleeps past the new hold's first renewal (holds
+            # mostly share one interval, so a new one is rarely the soonest).
+            wake = due < self._sleeping_until
+        if wake:
+            self._changed.set()
         return Hold(self, key)
 
     def _drop(self, key: int) -> None:
@@ -61,16 +66,16 @@ class LeaseKeeper:
             self._held.pop(key, None)
 
     def _loop(self) -> None:
+        # The thread stays when nothing is held: a turn or a step takes a hold every few
+        # milliseconds under load, and starting a thread each time costs more than the wait.
         while True:
             with self._lock:
-                if not self._held:
-                    self._thread = None
-                    return
-                soonest = min(h.due for h in self._held.values())
+                soonest = min((h.due for h in self._held.values()), default=float("inf"))
+                self._sleeping_until = soonest
+                self._changed.clear()
             delay = soonest - time.monotonic()
             if delay > 0:
-                self._changed.wait(delay)
-                self._changed.clear()
+                self._changed.wait(None if soonest == float("inf") else delay)
                 continue
             now = time.monotonic()
             with self._lock:

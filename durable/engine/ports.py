@@ -63,6 +63,8 @@ class CheckpointRecord:
     enqueued_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # The worker executing a dispatched step (set when it is claimed).
+    locked_by: str | None = None
 
 
 @dataclass

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from durable.engine import clock, lifecycle
 from durable.engine.context import WorkflowContext
 from durable.engine.context_base import RUN_TOKEN, WAIT_KINDS
-from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, RunRecord, TurnWrites, Waiter
+from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, RunRecord, StepClaim, TurnWrites, Waiter
 from durable.engine.registry import registry
 from durable.engine.runs import clean_input, run_fields
 from durable.engine.sagas import Compensation, run_compensations
@@ -74,6 +74,8 @@ class Turn:
         self._after_commit: list[Callable[[], None]] = []
         self._lost = threading.Event()
         self._taken_signals: list[int] = []
+        # A dispatched step this turn claims for this process (EAGER_STEPS).
+        self.eager: StepClaim | None = None
 
     # -- lease -------------------------------------------------------------
     def lease_until(self, now: datetime) -> datetime:
@@ -205,6 +207,28 @@ def _failure(exc: BaseException) -> dict[str, Any]:
 
 
 def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None, fresh: bool = False) -> str | None:
+    """Run one turn of ``run_id`` if it is due and its lease is free (see :func:`_run_turn`).
+
+    When the turn claimed a step for this process (``EAGER_STEPS``), the step
+    runs here once the turn has committed, and its result continues the run
+    here too, turn after turn, as long as each claims the next step. A loop,
+    not recursion: a workflow of thousands of steps keeps a flat stack.
+    """
+    eager: list[StepClaim] = []
+    status = _run_turn(engine, run_id, acquired, fresh, eager)
+    while eager:
+        from durable.engine.steps import run_claimed
+
+        _, run = run_claimed(engine, eager.pop(), inline=True)
+        if run is None:
+            break
+        status = _run_turn(engine, run.id, run, False, eager)
+    return status
+
+
+def _run_turn(
+    engine: Engine, run_id: str, acquired: RunRecord | None, fresh: bool, eager: list[StepClaim]
+) -> str | None:
     """Run one turn of ``run_id`` if it is due and its lease is free.
 
     Returns the status the turn committed (``suspended``, ``completed``,
@@ -266,6 +290,8 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None, 
         return _abandon(engine, run.id, exc)
     if not ok:
         return "lost"
+    if outcome.status == "suspended" and turn.eager is not None:
+        eager.append(turn.eager)
     turn.run_after_commit()
     for woken in outcome.woken:
         try:

@@ -18,6 +18,7 @@ from durable.models import (
     RunStatus,
     SignalWaiter,
 )
+from durable.store import _pg
 
 CP_STATUS = CheckpointStatus
 # Failed checkpoints that a requeue resets so they run again.
@@ -70,6 +71,8 @@ class StoreBase:
 
     def _wake_waiters(self, tokens: list[str], now: datetime) -> list[str]:
         """Wake the suspended runs waiting on any of ``tokens``; return their ids."""
+        if _pg.usable():
+            return _pg.wake_waiters(tokens, now)
         ids = list(SignalWaiter.objects.filter(name__in=tokens).values_list("run_id", flat=True).distinct())
         if not ids:
             return []

@@ -25,7 +25,7 @@ from django.db import connection
 from django.db.models import Field
 
 from durable.engine.ports import CheckpointRecord, RunRecord
-from durable.models import ACTIVE, Checkpoint, Run, RunStatus
+from durable.models import ACTIVE, Checkpoint, Run, RunStatus, SignalWaiter
 
 _q = connection.ops.quote_name
 RUN_TABLE = _q(Run._meta.db_table)
@@ -277,3 +277,46 @@ def finish_step(
     if take is None or run[0] is None:
         return status, None
     return status, _to_run(run)
+
+
+# -- leases and history -------------------------------------------------------------
+_ACQUIRE = (
+    f"UPDATE {RUN_TABLE} SET {_q('status')} = 'running', {_q('locked_by')} = %s, {_q('locked_until')} = %s, "
+    f"{_q('updated_at')} = %s, {_q('started_at')} = COALESCE({_q('started_at')}, %s), "
+    f"{_q('turns')} = {_q('turns')} + 1 WHERE {_q('id')} = %s AND ({_q('status')} = 'pending' "
+    f"OR ({_q('status')} = 'suspended' AND {_q('wake_at')} <= %s)) RETURNING {_run_select(RUN_TABLE)}"
+)
+
+
+def acquire(run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None:
+    rows = _execute(_ACQUIRE, [owner, lease_until, now, now, run_id, now])
+    return _to_run(rows[0]) if rows else None
+
+
+_CP_LOAD = [_CP_FIELD[name] for name in CheckpointRecord.__dataclass_fields__ if name != "seq"]
+_LOAD = (
+    f"SELECT {_q('seq')}, {', '.join(_col(f) for f in _CP_LOAD)} FROM {CP_TABLE} "
+    f"WHERE {_q('run_id')} = %s ORDER BY {_q('seq')}"
+)
+
+
+def load_checkpoints(run_id: str) -> dict[int, CheckpointRecord]:
+    history = {}
+    for seq, *values in _execute(_LOAD, [run_id]):
+        data = {}
+        for field, value in zip(_CP_LOAD, values, strict=True):
+            if value is not None and hasattr(field, "from_db_value"):
+                value = field.from_db_value(value, None, connection)
+            data[field.name] = value
+        history[seq] = CheckpointRecord(seq=seq, **data)
+    return history
+
+
+def wake_waiters(tokens: list[str], now: datetime) -> list[str]:
+    """Wake the suspended runs with a waiter on any of ``tokens``, in one statement; their ids."""
+    waiter = _q(SignalWaiter._meta.db_table)
+    sql = (
+        f"UPDATE {RUN_TABLE} SET {_q('wake_at')} = %s WHERE {_q('status')} = 'suspended' AND {_q('id')} IN "
+        f"(SELECT {_q('run_id')} FROM {waiter} WHERE {_q('name')} = ANY(%s)) RETURNING {_q('id')}"
+    )
+    return [row[0] for row in _execute(sql, [now, tokens])]

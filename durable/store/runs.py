@@ -83,6 +83,8 @@ class RunsStore(StoreBase):
 
         One compare-and-set statement that returns the run as it now is.
         """
+        if _pg.usable():
+            return _pg.acquire(run_id, owner, now, lease_until)
         quote = connection.ops.quote_name
         ts = connection.ops.adapt_datetimefield_value
         columns = ", ".join(quote(f.column or f.name) for f in Run._meta.concrete_fields)

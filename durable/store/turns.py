@@ -38,6 +38,8 @@ from durable.store._base import (
 
 class TurnsStore(StoreBase):
     def load_checkpoints(self, run_id: str) -> dict[int, CheckpointRecord]:
+        if _pg.usable():
+            return _pg.load_checkpoints(run_id)
         rows = Checkpoint.objects.filter(run_id=run_id).order_by("seq").values(*_CP_FIELDS)
         return {row["seq"]: _cp_record(row) for row in rows}
 

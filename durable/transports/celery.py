@@ -23,6 +23,8 @@ DEFAULT_QUEUE = "durable"
 # unacknowledged for that long); the beat sweep dispatches them when due.
 MAX_COUNTDOWN = 60.0
 SWEEP_EVERY = 2.0
+# Tasks a worker process runs on one database connection (unless CELERY_DB_REUSE_MAX is set).
+DB_REUSE_MAX = 100
 
 
 class CeleryTransport:
@@ -59,6 +61,10 @@ def configure(app: Any) -> None:
         task_ignore_result=True,
         task_default_queue=DEFAULT_QUEUE,
     )
+    if app.conf.get("CELERY_DB_REUSE_MAX") is None:
+        # Celery's Django fixup otherwise closes every database connection before and
+        # after every task: each turn and step would pay for a new PostgreSQL connection.
+        app.conf["CELERY_DB_REUSE_MAX"] = DB_REUSE_MAX
     schedule = dict(app.conf.beat_schedule or {})
     schedule.setdefault(
         "durable-sweep",
