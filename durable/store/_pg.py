@@ -22,7 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import Field
+from django.db.models import Field, JSONField
 
 from durable.engine.ports import CheckpointRecord, RunRecord
 from durable.models import ACTIVE, Checkpoint, Run, RunStatus, SignalWaiter
@@ -42,8 +42,14 @@ def usable() -> bool:
     return connection.vendor == "postgresql"
 
 
+_COLS: dict[Field[Any, Any], str] = {}
+
+
 def _col(field: Field[Any, Any]) -> str:
-    return _q(str(field.column))
+    col = _COLS.get(field)
+    if col is None:
+        col = _COLS[field] = _q(str(field.column))
+    return col
 
 
 _CASTS: dict[Field[Any, Any], str] = {}
@@ -58,7 +64,11 @@ def _param(field: Field[Any, Any]) -> str:
 
 
 def _prep(field: Field[Any, Any], value: Any) -> Any:
-    return field.get_db_prep_save(value, connection)
+    # What get_db_prep_save does for these column types on PostgreSQL, without its layers:
+    # JSON is adapted with the field's encoder; strings, numbers and aware datetimes pass as is.
+    if isinstance(field, JSONField):
+        return connection.ops.adapt_json_value(value, field.encoder) if value is not None else None
+    return value
 
 
 def _run_select(alias: str) -> str:
