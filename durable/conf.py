@@ -33,10 +33,12 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           dispatching a step that no live worker serves.
 ``FLEET_TTL``             30s. A worker's advertisement expires this long after
                           its last heartbeat.
-``EAGER_STEPS``           True. A Celery worker whose turn dispatches a step to a
-                          queue it consumes claims that step in the turn's own
-                          commit and runs it at once, instead of a broker round
-                          trip (one step per turn; the others are dispatched).
+``EAGER_STEPS``           True. A Celery worker whose turn reaches ``ctx.step`` for
+                          a queue it consumes runs the step itself, under the
+                          run's lease, as a local step runs (one commit, no
+                          broker round trip). Steps with ``timeout=``, retries
+                          after the first failure and ``ctx.gather`` fan-outs
+                          are always dispatched.
 """
 
 from __future__ import annotations

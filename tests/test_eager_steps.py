@@ -1,8 +1,8 @@
-"""Eager steps: a worker that consumes a step's queue claims it in the turn's commit and runs it.
+"""Eager steps: a worker that consumes a step's queue runs it in the turn, under the run's lease.
 
 The Celery worker declares the routes it consumes (``serve_routes_eagerly``);
 here the test declares them for the manual transport, so one ``run_turn``
-call drives the whole run in this process, loop by loop.
+call drives the whole run in this process.
 """
 
 from __future__ import annotations
@@ -14,10 +14,9 @@ import pytest
 from django.test import override_settings
 
 import durable
-from durable.engine import steps as engine_steps
 from durable.models import Checkpoint, Run
 from durable.runtime import get_engine, serve_routes_eagerly
-from durable.testing import drive, fake_clock, run_until_settled
+from durable.testing import fake_clock, run_until_settled
 
 pytestmark = pytest.mark.django_db
 
@@ -66,15 +65,36 @@ def _cps(run_id):
     return list(Checkpoint.objects.filter(run_id=run_id).order_by("seq").values_list("seq", "status", "attempts"))
 
 
-def test_one_turn_call_runs_every_step_in_process_once():
+def test_one_turn_runs_every_step_in_process_once():
     run_id = durable.start(eager_chain, 50)
     assert get_engine().run_turn(run_id) == "completed"
     run = Run.objects.get(id=run_id)
     assert (run.status, run.output) == ("completed", 50)
     assert calls["eager_inc"] == 50
     assert _cps(run_id) == [(seq, "completed", 1) for seq in range(1, 51)]
-    # Each step result continued the run: one turn per step, plus the first.
-    assert run.turns == 51
+    assert run.turns == 1
+    cp = Checkpoint.objects.get(run_id=run_id, seq=7)
+    assert (cp.kind, cp.input, cp.output, cp.locked_by) == ("step", {"args": [6], "kwargs": {}}, 7, None)
+
+
+def test_current_step_inside_an_eager_step_names_its_position():
+    seen = []
+
+    @durable.step(name="eager_who")
+    def who() -> str:
+        info = durable.current_step()
+        seen.append((info.seq, info.attempt, info.step_id))
+        return info.name
+
+    @durable.workflow(name="eager_who_wf")
+    def wf(ctx):
+        ctx.uuid()
+        return ctx.step(who)
+
+    run_id = durable.start(wf)
+    assert get_engine().run_turn(run_id) == "completed"
+    assert seen == [(2, 1, f"{run_id}:2")]
+    assert durable.current_step() is None
 
 
 def test_a_step_on_a_queue_this_worker_does_not_consume_is_dispatched():
@@ -86,10 +106,10 @@ def test_a_step_on_a_queue_this_worker_does_not_consume_is_dispatched():
     assert calls == Counter({"eager_inc": 1, "eager_charge": 1})
 
 
-def test_only_one_step_of_a_fan_out_is_claimed_the_others_are_dispatched():
+def test_a_fan_out_is_dispatched_not_run_one_by_one():
     run_id = durable.start(eager_gather, 1)
     assert get_engine().run_turn(run_id) == "suspended"
-    assert sorted(status for _, status, _ in _cps(run_id)) == ["completed", "pending"]
+    assert _cps(run_id) == [(1, "pending", 0), (2, "pending", 0)]
     run = run_until_settled(run_id)
     assert (run.status, run.output) == ("completed", [2, 12])
     assert calls["eager_inc"] == 2
@@ -104,21 +124,102 @@ def test_eager_steps_off_dispatches_every_step():
     assert calls["eager_inc"] == 2
 
 
-def test_worker_dying_after_the_claiming_commit_leaves_the_step_to_the_execution_lease(monkeypatch):
-    """The claim rides in the turn's commit; if the worker dies before running it, the lease expires."""
+def test_a_retryable_failure_goes_back_to_the_broker_with_its_backoff():
+    attempts = Counter()
+
+    @durable.step(name="eager_flaky", retries=2, backoff=0)
+    def flaky() -> str:
+        attempts["n"] += 1
+        if attempts["n"] == 1:
+            raise ConnectionError("blip")
+        return "ok"
+
+    @durable.workflow(name="eager_flaky_wf")
+    def wf(ctx):
+        return ctx.step(flaky)
+
+    run_id = durable.start(wf)
+    assert get_engine().run_turn(run_id) == "suspended"
+    cp = Checkpoint.objects.get(run_id=run_id, seq=1)
+    assert (cp.status, cp.attempts, cp.error["type"]) == ("pending", 1, "ConnectionError")
+    serve_routes_eagerly(frozenset())
+    run = run_until_settled(run_id)
+    assert (run.status, run.output, attempts["n"]) == ("completed", "ok", 2)
+    assert Checkpoint.objects.get(run_id=run_id, seq=1).attempts == 2
+
+
+def test_a_failing_step_fails_the_run_like_a_dispatched_one():
+    @durable.step(name="eager_broken")
+    def broken() -> None:
+        raise ValueError("no")
+
+    @durable.workflow(name="eager_broken_wf")
+    def wf(ctx):
+        ctx.step(eager_inc, 1)
+        ctx.step(broken)
+
+    run_id = durable.start(wf)
+    assert get_engine().run_turn(run_id) == "failed"
+    run = Run.objects.get(id=run_id)
+    assert (run.error["code"], run.error["step"]["name"], run.error["step"]["attempts"]) == (
+        "step_failed",
+        "eager_broken",
+        1,
+    )
+    assert _cps(run_id) == [(1, "completed", 1), (2, "failed", 1)]
+
+
+def test_worker_lost_mid_step_runs_the_step_again_as_a_counted_attempt():
+    """The claim was durable before the step ran: the lost attempt counts, the next is attempt 2."""
+    lost = {"done": False}
+
+    @durable.step(name="eager_dies_once")
+    def dies_once() -> str:
+        if not lost["done"]:
+            lost["done"] = True
+            raise SystemExit("worker killed")  # not an Exception: nothing is recorded
+        return f"attempt {durable.current_step().attempt}"
+
+    @durable.workflow(name="eager_dies_wf")
+    def wf(ctx):
+        first = ctx.step(eager_inc, 0)
+        return [first, ctx.step(dies_once)]
+
     with fake_clock() as fc:
-        monkeypatch.setattr(engine_steps, "run_claimed", lambda engine, claim, inline: ("died", None))
-        run_id = durable.start(eager_chain, 2)
-        assert get_engine().run_turn(run_id) == "suspended"
-        cp = Checkpoint.objects.get(run_id=run_id, seq=1)
-        assert (cp.status, cp.attempts, cp.locked_by) == ("running", 1, get_engine().owner)
-        monkeypatch.undo()
-        serve_routes_eagerly(frozenset())  # the replacement worker dispatches normally
-        fc.advance(timedelta(seconds=get_engine().settings.step_execution_lease - 1))
-        drive()
-        assert Checkpoint.objects.get(run_id=run_id, seq=1).status == "running"
-        fc.advance("2s")
+        run_id = durable.start(wf)
+        with pytest.raises(SystemExit):
+            get_engine().run_turn(run_id)
+        # Step 1's result and step 2's claim were committed together, before step 2 ran.
+        assert _cps(run_id) == [(1, "completed", 1), (2, "running", 1)]
+        assert Run.objects.get(id=run_id).status == "running"
+        serve_routes_eagerly(frozenset())  # whoever recovers it dispatches it
+        fc.advance(timedelta(seconds=get_engine().settings.step_execution_lease + 1))
         run = run_until_settled(run_id)
-    assert (run.status, run.output) == ("completed", 2)
-    assert calls["eager_inc"] == 2  # the claimed attempt never ran; the retry ran it once
-    assert _cps(run_id) == [(1, "completed", 2), (2, "completed", 1)]
+    assert (run.status, run.output) == ("completed", [1, "attempt 2"])
+    assert calls["eager_inc"] == 1
+    assert _cps(run_id) == [(1, "completed", 1), (2, "completed", 2)]
+
+
+def test_a_claim_taken_away_mid_step_refuses_the_turn_commit():
+    """The expired-step sweep handed the step to another worker: this turn's result must not land."""
+
+    @durable.step(name="eager_slow")
+    def slow() -> str:
+        # Meanwhile the claim is reset (as the sweep does for a lapsed execution lease).
+        Checkpoint.objects.filter(run_id=durable.current_step().run_id, seq=1).update(status="pending", locked_by=None)
+        return "from the lost claim"
+
+    @durable.workflow(name="eager_slow_wf")
+    def wf(ctx):
+        return ctx.step(slow)
+
+    run_id = durable.start(wf)
+    assert get_engine().run_turn(run_id) == "lost"
+    cp = Checkpoint.objects.get(run_id=run_id, seq=1)
+    assert (cp.status, cp.output) == ("pending", None)
+    # The run is handed back at once (not left leased until the lease expires) and finishes
+    # when the step, now pending, runs on a worker.
+    assert Run.objects.get(id=run_id).status == "suspended"
+    serve_routes_eagerly(frozenset())
+    run = run_until_settled(run_id)
+    assert (run.status, run.output) == ("completed", "from the lost claim")

@@ -22,12 +22,13 @@ from typing import Any
 
 from durable.engine import clock
 from durable.engine.composition import CompositionOps
-from durable.engine.context_base import COMPLETED, FAILED, PENDING, ContextBase
+from durable.engine.context_base import COMPLETED, FAILED, PENDING, RUNNING, ContextBase
 from durable.engine.durations import Duration, parse_duration
 from durable.engine.ports import CheckpointRecord, CheckpointWrite
 from durable.engine.registry import resolve_step
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
 from durable.engine.serialization import error_record, to_json
+from durable.engine.steps import StepInfo, running
 from durable.exceptions import InvalidInput, StepFailed
 
 
@@ -198,8 +199,76 @@ class WorkflowContext(CompositionOps, ContextBase):
                 raise StepFailed(sd.name, seq, cp.error or {}, cp.attempts)
             self._turn.step_seqs.append(seq)
             raise self._suspend(event=True)
+        engine = self._turn.engine
+        if engine.settings.eager_steps and sd.route in engine.eager_routes and not sd.timeout:
+            return self._run_here(seq, sd, args, kwargs, undo)
         self._dispatch_step(seq, sd, args, kwargs)
         raise self._suspend(event=True)
+
+    def _run_here(self, seq: int, sd: Any, args: tuple[Any, ...], kwargs: dict[str, Any], undo: Any) -> Any:
+        """Run a dispatched step in this worker, during the turn (``EAGER_STEPS``).
+
+        This process consumes the step's queue, so the broker round trip, the
+        separate claim and the wake would only hand the step to a process like
+        this one. The claim is still durable before the step runs (it rides
+        with the commit that flushes what the turn recorded so far), with the
+        usual execution lease, so attempts count executions exactly and a
+        worker lost mid-step is recovered by the expired-step sweep. The result
+        settles that claim in the next commit, which fails as a whole if the
+        claim was taken away meanwhile. One commit per step, as a local step.
+        A retryable failure with retries left goes back to the broker.
+        """
+        payload = to_json({"args": list(args), "kwargs": kwargs}, f"arguments of step {sd.name!r}")
+        turn = self._turn
+        engine = turn.engine
+        owner = engine.owner
+        lease = timedelta(seconds=engine.settings.step_execution_lease)
+        started = clock.now()
+
+        def record(status: str, **fields: Any) -> CheckpointRecord:
+            return CheckpointRecord(
+                seq=seq,
+                name=sd.name,
+                kind="step",
+                status=status,
+                input=payload,
+                queue=sd.route,
+                enqueued_at=started,
+                started_at=started,
+                attempts=1,
+                **fields,
+            )
+
+        def settle(rec: CheckpointRecord) -> None:
+            turn.defer(CheckpointWrite(rec, create=False, expect=(RUNNING,), claimed_by=owner))
+
+        turn.defer(CheckpointWrite(record(RUNNING, locked_by=owner, wake_at=started + lease), create=True))
+        turn.flush()
+        run_id = self.run_id
+        hold = engine.keeper.hold(
+            lease.total_seconds() / 3,
+            lambda: engine.store.renew_step(run_id, seq, owner, clock.now() + lease),
+            lambda: None,  # the commit that settles it finds out
+        )
+        try:
+            with running(StepInfo(run_id, seq, sd.name, 1)):
+                output = to_json(sd.fn(*args, **kwargs), f"result of step {sd.name!r}")
+        except Exception as exc:
+            err = error_record(exc)
+            if err["retryable"] and sd.retries >= 1:
+                delay = sd.backoff.delay(1)
+                retry_at = clock.now() + timedelta(seconds=delay)
+                settle(record(PENDING, error=err, retry_at=retry_at, wake_at=retry_at))
+                turn.after_commit(lambda: engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay))
+                raise self._suspend(event=True) from None
+            settle(record(FAILED, error=err, finished_at=clock.now()))
+            turn.flush()
+            raise StepFailed(sd.name, seq, err, 1) from exc
+        finally:
+            hold.release()
+        settle(record(COMPLETED, output=output, finished_at=clock.now()))
+        self._remember_undo(seq, sd.name, undo, payload, output)
+        return output
 
     # -- timers ------------------------------------------------------------
     def sleep(self, duration: Duration) -> None:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable.engine import clock
 from durable.engine.durations import Duration, parse_duration
-from durable.engine.ports import CheckpointRecord, CheckpointWrite, StepClaim
+from durable.engine.ports import CheckpointRecord, CheckpointWrite
 from durable.engine.serialization import error_record, to_json
 from durable.exceptions import Blocked, CancelRequested, NonDeterminismError, SignalTimeout, Suspend
 
@@ -124,26 +124,6 @@ class ContextBase:
             )
         now = clock.now()
         engine = turn.engine
-        if turn.eager is None and engine.settings.eager_steps and sd.route in engine.eager_routes:
-            # Claimed in the turn's own commit, exactly as a worker's claim would (one
-            # attempt, execution lease); this process runs it once the commit lands.
-            rec = CheckpointRecord(
-                seq=seq,
-                name=sd.name,
-                kind="step",
-                status=RUNNING,
-                input=payload,
-                queue=sd.route,
-                enqueued_at=now,
-                attempts=1,
-                started_at=now,
-                locked_by=engine.owner,
-                wake_at=now + timedelta(seconds=engine.settings.step_execution_lease),
-                timeout_at=now + timedelta(seconds=sd.timeout) if sd.timeout else None,
-            )
-            turn.defer(CheckpointWrite(rec, create=True))
-            turn.eager = StepClaim(self.run_id, seq, sd.name, payload, 1, self.namespace)
-            return
         step_lease = engine.settings.step_lease
         rec = CheckpointRecord(
             seq=seq,

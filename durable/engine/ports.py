@@ -69,11 +69,17 @@ class CheckpointRecord:
 
 @dataclass
 class CheckpointWrite:
-    """Insert a checkpoint (``create``) or update one whose status is in ``expect``."""
+    """Insert a checkpoint (``create``) or update one whose status is in ``expect``.
+
+    ``claimed_by``: the update settles a step this process claimed; it must
+    still be claimed by that owner, else the whole commit is refused (as for a
+    lost lease), since the turn went on with a result the history would not hold.
+    """
 
     record: CheckpointRecord
     create: bool
     expect: tuple[str, ...] = ()
+    claimed_by: str | None = None
 
 
 @dataclass

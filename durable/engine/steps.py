@@ -14,8 +14,10 @@ round trip through the broker.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -79,6 +81,18 @@ def heartbeat(engine: Engine, progress: Any = None) -> bool:
         return False
 
 
+@contextlib.contextmanager
+def running(info: StepInfo) -> Iterator[None]:
+    """Make ``info`` what :func:`current_step` returns while a step function runs."""
+    token = _current.set(info)
+    beat_token = _last_beat.set(None)
+    try:
+        yield
+    finally:
+        _current.reset(token)
+        _last_beat.reset(beat_token)
+
+
 def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool = True) -> str:
     """Claim, run and settle step ``seq`` of ``run_id``. Returns what happened."""
     store = engine.store
@@ -118,12 +132,10 @@ def run_claimed(engine: Engine, claim: StepClaim, *, inline: bool) -> tuple[str,
         lambda: store.renew_step(run_id, seq, engine.owner, clock.now() + lease),
         lambda: None,  # the step keeps running; its result is still accepted if unsettled
     )
-    info = StepInfo(run_id, seq, claim.name, claim.attempt)
-    token = _current.set(info)
-    beat_token = _last_beat.set(None)
     args = claim.input or {}
     try:
-        output = to_json(sd.fn(*args.get("args", []), **args.get("kwargs", {})), f"result of step {sd.name!r}")
+        with running(StepInfo(run_id, seq, claim.name, claim.attempt)):
+            output = to_json(sd.fn(*args.get("args", []), **args.get("kwargs", {})), f"result of step {sd.name!r}")
     except Exception as exc:  # noqa: BLE001 - any user error is a step failure
         err = error_record(exc)
         if err["retryable"] and claim.attempt <= sd.retries:
@@ -133,8 +145,6 @@ def run_claimed(engine: Engine, claim: StepClaim, *, inline: bool) -> tuple[str,
             return "retrying", None
         return "failed", _settle(engine, run_id, seq, inline, error=err)
     finally:
-        _current.reset(token)
-        _last_beat.reset(beat_token)
         hold.release()
     return "completed", _settle(engine, run_id, seq, inline, output=output)
 

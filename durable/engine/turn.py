@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from durable.engine import clock, lifecycle
 from durable.engine.context import WorkflowContext
 from durable.engine.context_base import RUN_TOKEN, WAIT_KINDS
-from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, RunRecord, StepClaim, TurnWrites, Waiter
+from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, RunRecord, TurnWrites, Waiter
 from durable.engine.registry import registry
 from durable.engine.runs import clean_input, run_fields
 from durable.engine.sagas import Compensation, run_compensations
@@ -74,8 +74,6 @@ class Turn:
         self._after_commit: list[Callable[[], None]] = []
         self._lost = threading.Event()
         self._taken_signals: list[int] = []
-        # A dispatched step this turn claims for this process (EAGER_STEPS).
-        self.eager: StepClaim | None = None
 
     # -- lease -------------------------------------------------------------
     def lease_until(self, now: datetime) -> datetime:
@@ -207,28 +205,6 @@ def _failure(exc: BaseException) -> dict[str, Any]:
 
 
 def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None, fresh: bool = False) -> str | None:
-    """Run one turn of ``run_id`` if it is due and its lease is free (see :func:`_run_turn`).
-
-    When the turn claimed a step for this process (``EAGER_STEPS``), the step
-    runs here once the turn has committed, and its result continues the run
-    here too, turn after turn, as long as each claims the next step. A loop,
-    not recursion: a workflow of thousands of steps keeps a flat stack.
-    """
-    eager: list[StepClaim] = []
-    status = _run_turn(engine, run_id, acquired, fresh, eager)
-    while eager:
-        from durable.engine.steps import run_claimed
-
-        _, run = run_claimed(engine, eager.pop(), inline=True)
-        if run is None:
-            break
-        status = _run_turn(engine, run.id, run, False, eager)
-    return status
-
-
-def _run_turn(
-    engine: Engine, run_id: str, acquired: RunRecord | None, fresh: bool, eager: list[StepClaim]
-) -> str | None:
     """Run one turn of ``run_id`` if it is due and its lease is free.
 
     Returns the status the turn committed (``suspended``, ``completed``,
@@ -265,7 +241,7 @@ def _run_turn(
         )
         outcome = _execute(turn, wf.fn, wf.takes_input)
     except LeaseLost:
-        return "lost"
+        return _lost(engine, run.id)
     except Exception as exc:  # noqa: BLE001 - our own read failed; give the run back
         # Our own read failed before user code ran.
         return _abandon(engine, run.id, exc)
@@ -289,9 +265,7 @@ def _run_turn(
     except Exception as exc:  # noqa: BLE001 - the commit failed; give the run back
         return _abandon(engine, run.id, exc)
     if not ok:
-        return "lost"
-    if outcome.status == "suspended" and turn.eager is not None:
-        eager.append(turn.eager)
+        return _lost(engine, run.id)
     turn.run_after_commit()
     for woken in outcome.woken:
         try:
@@ -427,6 +401,18 @@ def _continue_as_new(turn: Turn, value: Any) -> Outcome:
     )
     turn.after_commit(lambda: turn.engine.transport.dispatch_turn(next_id))
     return Outcome("completed", output={"continued_as": next_id}, next_run=fields)
+
+
+def _lost(engine: Engine, run_id: str) -> str:
+    """A commit was refused. Usually the lease is gone (cancel, takeover) and this changes
+    nothing; if it is still ours (a step claim was taken away), hand the run back at once."""
+    now = clock.now()
+    try:
+        if engine.store.release(run_id, engine.owner, now, now, False):
+            engine.transport.dispatch_turn(run_id)
+    except Exception:
+        logger.warning("could not hand back %s; its lease will expire", run_id, exc_info=True)
+    return "lost"
 
 
 def _abandon(engine: Engine, run_id: str, exc: BaseException) -> str:

@@ -124,7 +124,7 @@ def commit(
     owner: str,
     run_fields: dict[str, Any],
     creates: list[CheckpointRecord],
-    updates: list[tuple[CheckpointRecord, tuple[str, ...]]],
+    updates: list[tuple[CheckpointRecord, tuple[str, ...], str | None]],
     cancel_wake: tuple[datetime, datetime | None] | None = None,
 ) -> tuple[bool, datetime | None]:
     """Write the run's fields and its checkpoints if ``owner`` still holds the lease.
@@ -142,15 +142,26 @@ def commit(
             f"CASE WHEN {_q('cancel_requested')} THEN %s::timestamptz ELSE %s::timestamptz END"
         )
         params += list(cancel_wake)
+    # Steps this process claimed must still be claimed by it: checked on the locked row
+    # (latest version), as part of the lease condition, so a miss writes nothing at all.
+    claims = "".join(
+        f" AND EXISTS (SELECT 1 FROM {CP_TABLE} WHERE {_q('run_id')} = %s AND {_q('seq')} = %s "
+        f"AND {_q('status')} = ANY(%s) AND {_q('locked_by')} = %s FOR UPDATE)"
+        for _, _, claimed_by in updates
+        if claimed_by is not None
+    )
     if sets:
-        lease = f"UPDATE {RUN_TABLE} SET {sets} WHERE {_LEASED} RETURNING {_q('wake_at')}"
+        lease = f"UPDATE {RUN_TABLE} SET {sets} WHERE {_LEASED}{claims} RETURNING {_q('wake_at')}"
     else:
         # Nothing to change on the run: a share lock is enough to serialise with a cancel
         # or a takeover (both update the row), and costs no new row version.
-        lease = f"SELECT {_q('wake_at')} FROM {RUN_TABLE} WHERE {_LEASED} FOR SHARE"
+        lease = f"SELECT {_q('wake_at')} FROM {RUN_TABLE} WHERE {_LEASED}{claims} FOR SHARE"
     ctes = [f"lease AS ({lease})"]
     params += [run_id, RunStatus.RUNNING, owner]
-    for i, (rec, expect) in enumerate(updates):
+    for rec, expect, claimed_by in updates:
+        if claimed_by is not None:
+            params += [run_id, rec.seq, list(expect), claimed_by]
+    for i, (rec, expect, _) in enumerate(updates):
         cols = []
         for name in _CP_UPDATABLE:
             value = getattr(rec, name)

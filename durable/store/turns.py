@@ -150,7 +150,7 @@ class TurnsStore(StoreBase):
             else:
                 fields.update(wake_at=None, finished_at=now, output=outcome.output, error=outcome.error)
         creates = [w.record for w in writes.checkpoints if w.create]
-        updates = [(w.record, w.expect) for w in writes.checkpoints if not w.create]
+        updates = [(w.record, w.expect, w.claimed_by) for w in writes.checkpoints if not w.create]
         written, wake_at = _pg.commit(run_id, owner, fields, creates, updates, cancel_wake)
         if not written:
             return False
@@ -225,7 +225,12 @@ class TurnsStore(StoreBase):
             for key in ("started_at", "attempts"):
                 if not rec[key]:
                     rec.pop(key)
-            Checkpoint.objects.filter(run_id=run_id, seq=seq, status__in=w.expect).update(**rec)
+            target = Checkpoint.objects.filter(run_id=run_id, seq=seq, status__in=w.expect)
+            if w.claimed_by is not None:
+                if not target.filter(locked_by=w.claimed_by).update(**rec):
+                    raise _LeaseGone()  # the claim was taken from us: the turn cannot stand
+                continue
+            target.update(**rec)
         if writes.consumed_signals:
             BufferedSignal.objects.filter(run_id=run_id, id__in=writes.consumed_signals).delete()
         if writes.cancel_runs:

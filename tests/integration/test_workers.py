@@ -112,6 +112,7 @@ def test_worker_killed_mid_step_reruns_only_that_step_and_the_run_completes(clus
         assert acc.resumes[run] in (1, 2)
 
 
+@pytest.mark.durable_settings(EAGER_STEPS=False)  # every step goes through the broker here
 def test_duplicate_step_deliveries_keep_one_checkpoint_and_resume_once(cluster, tmp_path):
     """The same step message delivered again (as Redis does after a lost ack), at three moments.
 
