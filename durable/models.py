@@ -80,9 +80,9 @@ class Run(models.Model):
     tags = models.JSONField(default=list, blank=True)
     search_attributes = models.JSONField(default=dict, blank=True)
     priority = models.IntegerField(default=0)
-    parent_id = models.CharField(max_length=255, null=True, blank=True, db_index=True)
+    parent_id = models.CharField(max_length=255, null=True, blank=True)
     # Lineage: the failed run this one retries with corrected input.
-    retry_of = models.CharField(max_length=255, null=True, blank=True, db_index=True)
+    retry_of = models.CharField(max_length=255, null=True, blank=True)
     # Continue-as-new: the run that carries on from this one.
     continued_to = models.CharField(max_length=255, null=True, blank=True)
     # Values published with ctx.set_event(key, value), read with durable.get_event.
@@ -128,6 +128,10 @@ class Run(models.Model):
             ),
             # heal: runs settled recently, per workflow
             models.Index(fields=["workflow", "finished_at"], name="durable_run_wf_finished"),
+            # children of a run, retries of a run (equality only: no LIKE index, which every
+            # insert and status change would also have to maintain)
+            models.Index(fields=["parent_id"], name="durable_run_parent"),
+            models.Index(fields=["retry_of"], name="durable_run_retry_of"),
         ]
 
     def __str__(self) -> str:
@@ -141,7 +145,8 @@ class Checkpoint(models.Model):
     outcome exactly-once even if the step itself ran twice.
     """
 
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints")
+    # No index of its own: the unique (run, seq) constraint serves every lookup by run.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints", db_index=False)
     seq = models.PositiveIntegerField()
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=16, choices=CheckpointKind.choices)
