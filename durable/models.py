@@ -91,6 +91,9 @@ class Run(models.Model):
     patches = models.JSONField(default=list, blank=True)
     # durable.cancel(compensate=True) asked this run to undo its steps and stop.
     cancel_requested = models.BooleanField(default=False)
+    # Some run has registered (at some point) to wait for this one: set under this row's lock
+    # by the waiter's commit, so a run that completes with it false has no one to wake.
+    awaited = models.BooleanField(default=False)
     # Lifecycle event delivery: {"owed": [...], "started": {sub: run}, "coalesced": {...},
     # "failed": {sub: reason}, "skipped": [...]}, written with the terminal status. For a
     # settled run, locked_by/locked_until are the lease of whoever publishes it.

@@ -190,6 +190,22 @@ def test_child_outputs_return_in_order_with_deterministic_ids():
     ]
 
 
+def test_a_waited_for_child_is_marked_awaited_and_wakes_its_parent_a_top_level_run_is_not():
+    """Completion looks for waiters only on runs some waiter registered for (``Run.awaited``)."""
+    knobs["leaf_sleep"] = 60
+    with fake_clock() as fc:
+        parent = durable.start(c_parent, [1], run_id="aw")
+        drive()
+        run_until_settled("aw.child.1")  # asleep for a minute
+        child = Run.objects.get(id="aw.child.1")
+        assert (child.status, child.awaited) == ("suspended", True)
+        assert SignalWaiter.objects.filter(run_id="aw", name="__run__:aw.child.1").exists()
+        fc.advance("61s")
+        run = run_until_settled(parent)
+    assert (run.status, run.output) == ("completed", [10])
+    assert Run.objects.get(id="aw").awaited is False
+
+
 def test_failed_child_raises_child_failed_in_the_parent():
     knobs["leaf_fails"] = 3
     run = run_until_settled(durable.start(c_parent_catches, 3, run_id="pc"))

@@ -126,13 +126,14 @@ def commit(
     creates: list[CheckpointRecord],
     updates: list[tuple[CheckpointRecord, tuple[str, ...], str | None]],
     cancel_wake: tuple[datetime, datetime | None] | None = None,
-) -> tuple[bool, datetime | None]:
+) -> tuple[bool, datetime | None, bool]:
     """Write the run's fields and its checkpoints if ``owner`` still holds the lease.
 
     ``cancel_wake=(now, wake_at)``: a suspending turn's wake time, replaced by
     ``now`` when a cancel-with-undo arrived during the turn. Returns whether
-    anything was written (False: the lease was gone) and the run's
-    ``wake_at`` as written.
+    anything was written (False: the lease was gone), the run's ``wake_at``
+    as written, and whether any run ever waited for this one (its latest
+    committed ``awaited``, read under the row lock).
     """
     params: list[Any] = []
     sets = _set_clause(run_fields, params)
@@ -151,11 +152,11 @@ def commit(
         if claimed_by is not None
     )
     if sets:
-        lease = f"UPDATE {RUN_TABLE} SET {sets} WHERE {_LEASED}{claims} RETURNING {_q('wake_at')}"
+        lease = f"UPDATE {RUN_TABLE} SET {sets} WHERE {_LEASED}{claims} RETURNING {_q('wake_at')}, {_q('awaited')}"
     else:
         # Nothing to change on the run: a share lock is enough to serialise with a cancel
         # or a takeover (both update the row), and costs no new row version.
-        lease = f"SELECT {_q('wake_at')} FROM {RUN_TABLE} WHERE {_LEASED}{claims} FOR SHARE"
+        lease = f"SELECT {_q('wake_at')}, {_q('awaited')} FROM {RUN_TABLE} WHERE {_LEASED}{claims} FOR SHARE"
     ctes = [f"lease AS ({lease})"]
     params += [run_id, RunStatus.RUNNING, owner]
     for rec, expect, claimed_by in updates:
@@ -181,11 +182,11 @@ def commit(
             params += [_prep(f, _cp_value(run_id, rec, f)) for f in _CP_INSERT]
         names = ", ".join(_col(f) for f in _CP_INSERT)
         ctes.append(f"ins AS (INSERT INTO {CP_TABLE} ({names}) {' UNION ALL '.join([row] * len(creates))})")
-    found = _execute(f"WITH {', '.join(ctes)} SELECT {_q('wake_at')} FROM lease", params)
+    found = _execute(f"WITH {', '.join(ctes)} SELECT {_q('wake_at')}, {_q('awaited')} FROM lease", params)
     if not found:
-        return False, None
+        return False, None, False
     wake: datetime | None = found[0][0]
-    return True, wake
+    return True, wake, bool(found[0][1])
 
 
 def poke_if_settled(run_id: str, seqs: list[int], now: datetime) -> bool:

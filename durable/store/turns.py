@@ -151,7 +151,7 @@ class TurnsStore(StoreBase):
                 fields.update(wake_at=None, finished_at=now, output=outcome.output, error=outcome.error)
         creates = [w.record for w in writes.checkpoints if w.create]
         updates = [(w.record, w.expect, w.claimed_by) for w in writes.checkpoints if not w.create]
-        written, wake_at = _pg.commit(run_id, owner, fields, creates, updates, cancel_wake)
+        written, wake_at, awaited = _pg.commit(run_id, owner, fields, creates, updates, cancel_wake)
         if not written:
             return False
         if outcome is None:
@@ -160,7 +160,9 @@ class TurnsStore(StoreBase):
             outcome.wake_at = wake_at
             if outcome.step_seqs and _pg.poke_if_settled(run_id, outcome.step_seqs, now):
                 outcome.wake_at = now
-        else:
+        elif awaited or len(outcome.notify) > 1:
+            # Nobody can wait for a run that was never awaited (the flag is set under this
+            # row's lock by any waiter's commit); a retry's waiters wait on the original run.
             outcome.woken = self._wake_waiters(outcome.notify, now)
         return True
 
@@ -184,22 +186,31 @@ class TurnsStore(StoreBase):
                 run_id=run_id, seq__in=watched, status__in=(CP_STATUS.COMPLETED, CP_STATUS.FAILED)
             ).exists()
         )
-        if settled or (waiters and self._already_there(run_id, waiters)):
+        # Always asked when there are waiters (not only when nothing settled): it also marks
+        # awaited runs, whose completion then knows to look for waiters.
+        there = bool(waiters) and self._already_there(run_id, waiters)
+        if settled or there:
             Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now)
             outcome.wake_at = now
 
     def _already_there(self, run_id: str, waiters: list[Waiter]) -> bool:
-        """Did what these waiters wait for happen before they were registered?"""
-        signals = [w.token for w in waiters if not w.token.startswith((RUN_TOKEN, EVENT_TOKEN))]
-        if signals and BufferedSignal.objects.filter(run_id=run_id, name__in=signals).exists():
-            return True
+        """Did what these waiters wait for happen before they were registered?
+
+        Awaited runs are marked first, under their row locks, whatever else is found.
+        """
         runs = [w.token[len(RUN_TOKEN) :] for w in waiters if w.token.startswith(RUN_TOKEN)]
+        done = False
         if runs:
             # Row locks serialise with the awaited run's own settle: either it committed
             # first (we see it terminal) or it commits after us (and sees our waiter).
-            statuses = Run.objects.select_for_update().filter(id__in=runs).values_list("status", flat=True)
-            if any(status in TERMINAL for status in statuses):
-                return True
+            # The update takes those row locks and marks the runs awaited (their completion
+            # then knows to look for waiters); the read after it sees their latest status.
+            Run.objects.filter(id__in=runs).update(awaited=True)
+            statuses = Run.objects.filter(id__in=runs).values_list("status", flat=True)
+            done = any(status in TERMINAL for status in statuses)
+        signals = [w.token for w in waiters if not w.token.startswith((RUN_TOKEN, EVENT_TOKEN))]
+        if done or (signals and BufferedSignal.objects.filter(run_id=run_id, name__in=signals).exists()):
+            return True
         for w in waiters:
             if w.token.startswith(EVENT_TOKEN):
                 name = w.token[len(EVENT_TOKEN) :]
