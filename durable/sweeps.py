@@ -12,18 +12,23 @@ worker with the right queue picks it up.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Sequence
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from durable.engine import clock, lifecycle
 from durable.engine.core import Engine
+from durable.engine.ports import RunRecord
 from durable.engine.registry import registry
 from durable.exceptions import StepNotFound, WorkflowNotFound
 
 logger = logging.getLogger("durable.sweeps")
 
 StopCheck = Callable[[], bool]
+# Runs a page of jobs (each the turn of one claimed run) and returns their results in order.
+Runner = Callable[[Sequence[Callable[[], Any]]], list[Any]]
 
 
 def _never() -> bool:
@@ -231,19 +236,69 @@ def run_due_steps(engine: Engine, *, should_stop: StopCheck = _never) -> int:
     return done
 
 
-def wake_due_runs(engine: Engine, *, execute: bool = True, should_stop: StopCheck = _never) -> int:
-    """Run (or dispatch) pending runs and suspended runs whose wake time has come."""
-    done = 0
-    for run_id in engine.store.due_runs(clock.now(), engine.settings.sweep_batch):
-        if should_stop():
-            break
-        if execute:
-            if engine.run_turn(run_id) is not None:
-                done += 1
-        else:
+def wake_due_runs(
+    engine: Engine, *, execute: bool = True, should_stop: StopCheck = _never, runner: Runner | None = None
+) -> int:
+    """Run (or dispatch) pending runs and suspended runs whose wake time has come.
+
+    Executing, the sweep claims a page of due runs at once (their leases taken
+    in one statement, see ``claim_due_runs``) and runs each claimed turn under
+    that lease, through ``runner`` (the worker's threads) or one after another
+    in this thread. With a ``runner`` it goes on with the next page while pages
+    come back full, for up to ``WORKER_INTERVAL``. A claimed run whose turn
+    does not start because a stop was requested is handed back, still due.
+    """
+    if not execute:
+        done = 0
+        for run_id in engine.store.due_runs(clock.now(), engine.settings.sweep_batch):
+            if should_stop():
+                break
             engine.transport.dispatch_turn(run_id)
             done += 1
+        return done
+    claim = getattr(engine.store, "claim_due_runs", None)
+    if claim is None:
+        # A store without set-wise claims: take each lease in its own compare-and-set.
+        done = 0
+        for run_id in engine.store.due_runs(clock.now(), engine.settings.sweep_batch):
+            if should_stop():
+                break
+            if engine.run_turn(run_id) is not None:
+                done += 1
+        return done
+    done = 0
+    batch = engine.settings.sweep_batch
+    started = time.monotonic()
+    while not should_stop():
+        now = clock.now()
+        runs: list[RunRecord] = claim(engine.owner, now, now + timedelta(seconds=engine.settings.lease), batch)
+        if runs:
+            done += sum((runner or _here)([partial(_claimed_turn, engine, run, should_stop) for run in runs]))
+        # A full page means more runs may be due. The worker loop (``runner``) claims the next
+        # page at once, for up to WORKER_INTERVAL; then the other sweeps get their turn.
+        if runner is None or len(runs) < batch or time.monotonic() - started >= engine.settings.worker_interval:
+            break
     return done
+
+
+def _here(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
+    return [job() for job in jobs]
+
+
+def _claimed_turn(engine: Engine, run: RunRecord, should_stop: StopCheck) -> bool:
+    """Run the turn of a run this process claimed; True if a turn ran."""
+    try:
+        if should_stop():
+            now = clock.now()
+            engine.store.release(run.id, engine.owner, now, run.wake_at or now, False)
+            return False
+        # As ``acquire`` would: a run on its first turn has no history to load.
+        return engine.run_turn(run.id, acquired=run, fresh=run.turns == 1) is not None
+    except Exception:
+        # The other claimed runs still hold our lease: go on with them. This one's lease
+        # lapses and the orphan sweep takes it over.
+        logger.exception("turn of claimed run %s failed", run.id)
+        return False
 
 
 def _turn(engine: Engine, run_id: str, execute: bool) -> None:
@@ -306,8 +361,14 @@ def heal_lifecycle(engine: Engine, now: Any = None) -> int:
     return healed
 
 
-def tick(engine: Engine, *, execute: bool = True, should_stop: StopCheck = _never) -> dict[str, int]:
-    """One pass of every sweep. Returns counts per sweep."""
+def tick(
+    engine: Engine, *, execute: bool = True, should_stop: StopCheck = _never, runner: Runner | None = None
+) -> dict[str, int]:
+    """One pass of every sweep. Returns counts per sweep.
+
+    ``runner`` runs the turns of the due runs the sweep claimed (the worker
+    loop's threads); without it they run one after another in this thread.
+    """
     counts = {"timeouts": expire_timeouts(engine, should_stop=should_stop)}
     counts.update(recover_orphans(engine, execute=execute, should_stop=should_stop))
     counts["unblocked"] = recheck_blocked(engine)
@@ -316,6 +377,6 @@ def tick(engine: Engine, *, execute: bool = True, should_stop: StopCheck = _neve
         counts["steps"] = run_due_steps(engine, should_stop=should_stop)
     else:
         counts.update(redispatch_lost_steps(engine, should_stop=should_stop))
-    counts["turns"] = wake_due_runs(engine, execute=execute, should_stop=should_stop)
+    counts["turns"] = wake_due_runs(engine, execute=execute, should_stop=should_stop, runner=runner)
     counts.update(publish_lifecycle(engine, should_stop=should_stop))
     return counts

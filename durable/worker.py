@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import Any
 
 from django.db import close_old_connections, connection
 
 from durable import sweeps
+from durable.engine import clock
 from durable.runtime import get_engine
 
 logger = logging.getLogger("durable.worker")
@@ -21,35 +26,105 @@ logger = logging.getLogger("durable.worker")
 class WorkerLoop:
     """Run :func:`durable.sweeps.tick` until ``stop`` is set.
 
+    The due-run sweep claims a page of runs at once and the loop runs their
+    turns on ``WORKER_THREADS`` threads of its own (on PostgreSQL). It ticks
+    again at once while there was work; when idle it waits ``WORKER_INTERVAL``,
+    or less if a sleeping run wakes sooner, so a timer is swept when due.
+
     ``stop`` is checked between items, so a stop request (SIGTERM) lets the
-    item in progress finish and commit: a graceful drain.
+    items in progress finish and commit (a graceful drain); claimed runs whose
+    turn had not started are handed back.
     """
 
     def __init__(self, *, interval: float | None = None, stop: threading.Event | None = None) -> None:
         self.interval = interval
         self.stop = stop or threading.Event()
+        self._pool: ThreadPoolExecutor | None = None
+        self._pool_size = 0
 
-    def run_once(self) -> dict[str, int]:
+    def run_once(self, *, threaded: bool = False) -> dict[str, int]:
+        """One pass of every sweep.
+
+        ``threaded`` (the long-running loop) runs the turns of the due runs a
+        sweep claimed on ``WORKER_THREADS`` threads of this loop; otherwise
+        they run one after another in the calling thread.
+        """
         try:
-            return sweeps.tick(get_engine(), execute=True, should_stop=self.stop.is_set)
+            # Inside a transaction (a test's) other threads would not see its rows.
+            runner = self._run_claimed if threaded and not connection.in_atomic_block else None
+            return sweeps.tick(get_engine(), execute=True, should_stop=self.stop.is_set, runner=runner)
         finally:
             # Inside a test's transaction the connection must stay as it is.
             if not connection.in_atomic_block:
                 close_old_connections()
 
+    def _run_claimed(self, jobs: Sequence[Callable[[], Any]]) -> list[Any]:
+        """Run the turns of claimed runs on ``WORKER_THREADS`` threads; wait for all of them."""
+        size = get_engine().settings.worker_threads
+        # SQLite takes one writer at a time: turns in parallel would only wait on its lock.
+        if size == 1 or len(jobs) == 1 or connection.vendor == "sqlite":
+            return [job() for job in jobs]
+        if self._pool is None or self._pool_size != size:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
+            self._pool = ThreadPoolExecutor(max_workers=size, thread_name_prefix="durable-sweep")
+            self._pool_size = size
+        lock = threading.Lock()
+        started = 0
+
+        def run(job: Callable[[], Any]) -> Any:
+            nonlocal started
+            with lock:
+                started += 1
+            try:
+                return job()
+            finally:
+                # A thread's last job of the page: between pages, as the loop does between
+                # ticks, drop its connection if broken or past CONN_MAX_AGE (not after every turn).
+                if started == len(jobs):
+                    close_old_connections()
+
+        return list(self._pool.map(run, jobs))
+
     def run_forever(self) -> None:
         while not self.stop.is_set():
             try:
-                counts = self.run_once()
+                counts = self.run_once(threaded=True)
             except Exception:
                 logger.exception("worker tick failed; retrying")
-                counts = {}
-            if not any(counts.values()):
                 self.stop.wait(self.interval or get_engine().settings.worker_interval)
+                continue
+            if not any(counts.values()):
+                self.stop.wait(self._idle_wait())
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         transport = get_engine().transport
         shutdown = getattr(transport, "shutdown", None)
         if shutdown is not None:
             shutdown(wait=True)
+
+    def _idle_wait(self) -> float:
+        """Seconds to wait when idle: the poll interval, or less if a sleeping run wakes sooner.
+
+        So a timer is swept at its due time, not up to one interval after it.
+        """
+        engine = get_engine()
+        interval = self.interval or engine.settings.worker_interval
+        next_wake = getattr(engine.store, "next_wake", None)
+        if next_wake is None:
+            return interval
+        try:
+            due = next_wake()
+        except Exception:
+            logger.warning("could not read the next wake time", exc_info=True)
+            return interval
+        finally:
+            if not connection.in_atomic_block:
+                close_old_connections()
+        if not isinstance(due, datetime):
+            return interval
+        return min(max((due - clock.now()).total_seconds(), 0.0), interval)
 
 
 _embedded: WorkerLoop | None = None

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Min, Q
 
 from durable.engine.ports import (
@@ -40,6 +40,60 @@ class SweepsStore(StoreBase):
             .values_list("id", flat=True)[: max(limit - len(pending), 0)]
         )
         return pending + suspended
+
+    def claim_due_runs(self, owner: str, now: datetime, lease_until: datetime, limit: int) -> list[RunRecord]:
+        """Take the leases of up to ``limit`` due runs at once; return them as they now are.
+
+        Pending runs first (highest priority, oldest), then suspended runs whose
+        wake is due (earliest first), exactly as :meth:`due_runs` orders them.
+        Each claim is the same compare-and-set as ``acquire`` (status ``running``,
+        ``locked_by``, ``locked_until``, ``updated_at``, ``started_at`` if unset,
+        ``turns + 1``), made for a whole page in one statement. On PostgreSQL
+        the page is chosen ``FOR UPDATE SKIP LOCKED``, so concurrent claimers
+        take disjoint runs without waiting for each other; SQLite serialises
+        writers, so there the one statement is atomic as it is.
+        """
+        claimed = self._claim(owner, now, lease_until, limit, pending=True)
+        if len(claimed) < limit:
+            claimed += self._claim(owner, now, lease_until, limit - len(claimed), pending=False)
+        return claimed
+
+    def _claim(self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool) -> list[RunRecord]:
+        q = connection.ops.quote_name
+        ts = connection.ops.adapt_datetimefield_value
+        table = q(Run._meta.db_table)
+        columns = ", ".join(q(f.column or f.name) for f in Run._meta.concrete_fields)
+        status, wake_at, run_id = q("status"), q("wake_at"), q("id")
+        if pending:
+            due = f"{status} = %s"
+            due_params: list[Any] = [RunStatus.PENDING]
+            order = f"{q('priority')} DESC, {q('created_at')}"
+        else:
+            due = f"{status} = %s AND {wake_at} <= %s"
+            due_params = [RunStatus.SUSPENDED, ts(now)]
+            order = wake_at
+        skip_locked = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
+        # The page is chosen once, in a materialised CTE: as a subquery (``id IN (SELECT ...)``)
+        # PostgreSQL may rescan it for every candidate row, and with SKIP LOCKED each rescan
+        # would lock another page.
+        sql = (
+            f"WITH {q('picked')} ({q('claim_id')}) AS MATERIALIZED ("
+            f"SELECT {run_id} FROM {table} WHERE {due} ORDER BY {order} LIMIT %s{skip_locked}) "
+            f"UPDATE {table} SET {status} = %s, {q('locked_by')} = %s, {q('locked_until')} = %s, "
+            f"{q('updated_at')} = %s, {q('started_at')} = COALESCE({q('started_at')}, %s), "
+            f"{q('turns')} = {q('turns')} + 1 "
+            f"FROM {q('picked')} WHERE {table}.{run_id} = {q('picked')}.{q('claim_id')} "
+            # Re-checked on the row as locked: only a run still due is taken.
+            f"AND {due} RETURNING {columns}"
+        )
+        params = [*due_params, limit, RunStatus.RUNNING, owner, ts(lease_until), ts(now), ts(now), *due_params]
+        runs = [_run_record(row) for row in Run.objects.raw(sql, params)]
+        # RETURNING gives no order: put the page back in the order it was chosen in.
+        if pending:
+            runs.sort(key=lambda run: (-run.priority, run.created_at))
+        else:
+            runs.sort(key=lambda run: (run.wake_at is None, run.wake_at))
+        return runs
 
     def due_steps(self, now: datetime, limit: int) -> list[tuple[str, int, str | None]]:
         """Pending dispatched steps that may be claimed now (fresh, or retry due)."""
@@ -180,6 +234,11 @@ class SweepsStore(StoreBase):
     def blocked_runs(self, limit: int) -> list[dict[str, Any]]:
         rows = Run.objects.filter(status=RunStatus.BLOCKED).values("id", "workflow", "version", "error")[:limit]
         return [dict(row) for row in rows]
+
+    def next_wake(self) -> datetime | None:
+        """The earliest wake time of a suspended run (the worker loop sleeps no longer than that)."""
+        wake: datetime | None = Run.objects.filter(status=RunStatus.SUSPENDED).aggregate(m=Min("wake_at"))["m"]
+        return wake
 
     def next_due(self) -> datetime | None:
         """The earliest moment at which some work falls due (for test drivers)."""

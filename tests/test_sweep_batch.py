@@ -1,0 +1,308 @@
+"""The due-run sweep claims a page of runs in one statement and runs each claimed turn once.
+
+``SweepsStore.claim_due_runs`` takes the leases of up to ``limit`` due runs
+(``FOR UPDATE SKIP LOCKED`` on PostgreSQL; one atomic statement on SQLite);
+``sweeps.wake_due_runs`` runs each claimed turn under that lease, on the worker
+loop's threads when it runs for real.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.db import connection, connections, transaction
+from django.test import override_settings
+
+import durable
+from durable import conf, sweeps
+from durable.engine import clock as engine_clock
+from durable.engine.core import Engine
+from durable.engine.leases import LeaseKeeper
+from durable.models import Run, RunStatus
+from durable.runtime import get_engine
+from durable.store import store
+from durable.testing import drive, fake_clock
+from durable.transports.manual import ManualTransport
+from durable.worker import WorkerLoop
+from tests.threads import SETTLE, concurrently
+
+pytestmark = pytest.mark.django_db
+
+_lock = threading.Lock()
+after: Counter[str] = Counter()
+threads_seen: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _reset() -> None:
+    after.clear()
+    threads_seen.clear()
+
+
+def _woke(run_id: str) -> str:
+    with _lock:
+        after[run_id] += 1
+        threads_seen.add(threading.current_thread().name)
+    return run_id
+
+
+@durable.workflow(name="sb_nap")
+def sb_nap(ctx: durable.WorkflowContext) -> str:
+    ctx.sleep("1h")
+    # A side effect after the wake: a turn run twice would call it twice.
+    return ctx.local_step("after", _woke, ctx.run_id)
+
+
+def sweeper(i: int) -> Engine:
+    """An engine with an identity of its own, as another worker machine has."""
+    return Engine(store, ManualTransport(), conf.get(), owner=f"claimer-{i}", keeper=LeaseKeeper())
+
+
+def asleep(n: int, prefix: str = "sb") -> list[str]:
+    """``n`` runs of ``sb_nap``, each suspended on its hour-long sleep."""
+    ids = [durable.start(sb_nap, run_id=f"{prefix}-{i:03d}") for i in range(n)]
+    while drive()["turns"]:
+        pass
+    assert Run.objects.filter(id__in=ids, status=RunStatus.SUSPENDED).count() == n
+    return ids
+
+
+def claim(owner: str, limit: int) -> list[Any]:
+    now = engine_clock.now()
+    return store.claim_due_runs(owner, now, now + timedelta(seconds=30), limit)
+
+
+# -- the claim itself ---------------------------------------------------------------
+
+
+def test_claim_takes_due_runs_in_sweep_order_and_sets_the_lease_like_acquire():
+    with fake_clock() as clock:
+        sleeping = asleep(4)
+        t0 = clock.now()
+        # sleeping[3] due at t0, [2] at t0+10m, [1] at t0+20m; [0] not before t0+5h.
+        for i, run_id in enumerate(sleeping):
+            Run.objects.filter(id=run_id).update(wake_at=t0 + timedelta(minutes=10 * (3 - i)))
+        Run.objects.filter(id=sleeping[0]).update(wake_at=t0 + timedelta(hours=5))
+        clock.advance("25m")
+        low = durable.start(sb_nap, run_id="p-low")
+        high = durable.start(sb_nap, run_id="p-high", priority=5)
+        clock.advance("1s")
+        low2 = durable.start(sb_nap, run_id="p-low2")
+        before = {row.id: row for row in Run.objects.all()}
+        now = clock.now()
+
+        page = claim("me", 4)
+
+        # Pending first (priority, then age), then due sleepers, earliest wake first.
+        assert [r.id for r in page] == [high, low, low2, sleeping[3]]
+        for rec in page:
+            row = Run.objects.get(id=rec.id)
+            assert (row.status, row.locked_by) == (RunStatus.RUNNING, "me")
+            assert row.locked_until == now + timedelta(seconds=30)
+            assert row.updated_at == now
+            assert row.turns == before[rec.id].turns + 1 == rec.turns
+            assert row.started_at == (before[rec.id].started_at or now)
+            assert (rec.status, rec.locked_by, rec.locked_until) == (row.status, row.locked_by, row.locked_until)
+        assert [r.id for r in claim("me", 10)] == [sleeping[2], sleeping[1]]
+        assert claim("me", 10) == []
+        assert Run.objects.get(id=sleeping[0]).status == RunStatus.SUSPENDED
+
+
+def test_claim_takes_exactly_the_page_size():
+    # Regression: as ``id IN (SELECT ... LIMIT n FOR UPDATE SKIP LOCKED)`` PostgreSQL may rescan
+    # the subquery for every candidate row and lock (and take) far more than n runs.
+    with fake_clock() as clock:
+        ids = asleep(25)
+        clock.set(clock.now() + timedelta(hours=2))
+        pages = [claim("me", 10), claim("me", 10), claim("me", 10), claim("me", 10)]
+
+    assert [len(p) for p in pages] == [10, 10, 5, 0]
+    taken = [r.id for p in pages for r in p]
+    assert sorted(taken) == sorted(ids)
+
+
+def test_a_claimed_first_turn_reads_no_history_and_a_woken_one_does(monkeypatch):
+    loads: list[str] = []
+    original = store.load_checkpoints
+
+    def counting(run_id: str) -> Any:
+        loads.append(run_id)
+        return original(run_id)
+
+    monkeypatch.setattr(store, "load_checkpoints", counting)
+    with fake_clock() as clock:
+        ids = [durable.start(sb_nap, run_id=f"h-{i}") for i in range(3)]
+        assert sweeps.wake_due_runs(get_engine()) == 3
+        assert loads == []  # as acquire's path: a first turn has nothing to read
+        clock.set(clock.now() + timedelta(hours=2))
+        assert sweeps.wake_due_runs(get_engine()) == 3
+    assert sorted(loads) == sorted(ids)
+    assert all(durable.get_run(r).status == "completed" for r in ids)
+
+
+def test_a_stop_hands_back_the_claimed_runs_whose_turn_had_not_started():
+    with fake_clock() as clock:
+        ids = asleep(5)
+        clock.set(clock.now() + timedelta(hours=2))
+        wakes = dict(Run.objects.filter(id__in=ids).values_list("id", "wake_at"))
+        checks = iter([False, False])  # the sweep's own check, then the first turn's
+
+        ran = sweeps.wake_due_runs(get_engine(), should_stop=lambda: next(checks, True))
+
+        assert ran == 1
+        rows = {row.id: row for row in Run.objects.filter(id__in=ids)}
+        done = [r for r in ids if rows[r].status == RunStatus.COMPLETED]
+        assert len(done) == 1 and after == Counter({done[0]: 1})
+        for run_id in set(ids) - set(done):
+            row = rows[run_id]
+            assert (row.status, row.locked_by, row.locked_until) == (RunStatus.SUSPENDED, None, None)
+            assert row.wake_at == wakes[run_id]  # still due, and first in line as before
+        while drive()["turns"]:
+            pass
+    assert after == Counter({r: 1 for r in ids})
+
+
+def test_a_store_without_set_wise_claims_takes_each_lease_on_its_own():
+    class OneByOne:
+        def __getattr__(self, name: str) -> Any:
+            if name == "claim_due_runs":
+                raise AttributeError(name)
+            return getattr(store, name)
+
+    engine = Engine(OneByOne(), ManualTransport(), conf.get(), owner="plain", keeper=LeaseKeeper())  # type: ignore[arg-type]
+    with fake_clock() as clock:
+        ids = asleep(4)
+        clock.set(clock.now() + timedelta(hours=2))
+        assert sweeps.wake_due_runs(engine) == 4
+    assert after == Counter({r: 1 for r in ids})
+
+
+def test_idle_wait_ends_when_the_next_sleeper_wakes():
+    loop = WorkerLoop(interval=5)
+    assert loop._idle_wait() == 5
+    ids = asleep(2)  # due in an hour: the poll interval is sooner
+    assert loop._idle_wait() == 5
+    Run.objects.filter(id=ids[0]).update(wake_at=engine_clock.now() + timedelta(seconds=0.5))
+    assert 0.2 < loop._idle_wait() <= 0.5
+    Run.objects.filter(id=ids[1]).update(wake_at=engine_clock.now() - timedelta(seconds=3))
+    assert loop._idle_wait() == 0
+
+
+# -- races (real connections, PostgreSQL) -------------------------------------------
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_racing_claimers_take_disjoint_pages():
+    with fake_clock() as clock:
+        ids = asleep(60)
+        clock.set(clock.now() + timedelta(hours=2))
+
+        def claimer(i: int) -> list[str]:
+            got: list[str] = []
+            while page := claim(f"claimer-{i}", 7):
+                got += [r.id for r in page]
+            return got
+
+        pages = concurrently(4, claimer)
+
+    taken = [run_id for page in pages for run_id in page]
+    assert sorted(taken) == sorted(ids)  # every due run once, none twice
+    owners = dict(Run.objects.filter(id__in=ids).values_list("id", "locked_by"))
+    for i, page in enumerate(pages):
+        assert all(owners[run_id] == f"claimer-{i}" for run_id in page)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_claim_skips_a_run_locked_elsewhere_instead_of_waiting():
+    with fake_clock() as clock:
+        ids = asleep(3)
+        clock.set(clock.now() + timedelta(hours=2))
+        locked, release = threading.Event(), threading.Event()
+
+        def hold_row_lock() -> None:
+            try:
+                with transaction.atomic():
+                    Run.objects.select_for_update().get(id=ids[0])
+                    locked.set()
+                    release.wait(SETTLE)
+            finally:
+                connections.close_all()
+
+        holder = threading.Thread(target=hold_row_lock, daemon=True)
+        holder.start()
+        try:
+            assert locked.wait(SETTLE)
+            started = time.monotonic()
+            page = claim("me", 10)
+            assert time.monotonic() - started < 5  # did not wait for the lock
+            assert sorted(r.id for r in page) == sorted(ids[1:])
+            assert Run.objects.get(id=ids[0]).status == RunStatus.SUSPENDED
+        finally:
+            release.set()
+            holder.join(SETTLE)
+        assert [r.id for r in claim("me", 10)] == [ids[0]]
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_racing_sweeps_and_direct_turns_run_each_due_turn_once():
+    with fake_clock() as clock:
+        ids = asleep(40)
+        clock.set(clock.now() + timedelta(hours=2))
+        pool = ThreadPoolExecutor(3)
+
+        def pooled(jobs: Any) -> list[Any]:
+            def job_then_close(job: Any) -> Any:
+                try:
+                    return job()
+                finally:
+                    connection.close()
+
+            return list(pool.map(job_then_close, jobs))
+
+        def racer(i: int) -> int:
+            if i >= 4:
+                # The in-memory timer's path: acquire each run by id, one by one.
+                return sum(engines[i - 4].run_turn(r) is not None for r in ids)
+            done = 0
+            while ran := sweeps.wake_due_runs(engines[i], runner=pooled if i == 0 else None):
+                done += ran
+            return done
+
+        with override_settings(DURABLE={"TRANSPORT": "manual", "SWEEP_BATCH": 6}):
+            engines = [sweeper(i) for i in range(4)]
+            try:
+                counts = concurrently(6, racer)
+            finally:
+                pool.shutdown(wait=True)
+
+    assert sum(counts) == 40
+    assert after == Counter({r: 1 for r in ids})
+    for row in Run.objects.filter(id__in=ids):
+        assert (row.status, row.turns, row.locked_by) == (RunStatus.COMPLETED, 2, None)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_worker_loop_runs_a_claimed_page_on_its_threads():
+    with override_settings(DURABLE={"TRANSPORT": "manual", "WORKER_THREADS": 3}), fake_clock() as clock:
+        ids = asleep(12)
+        clock.advance("2h")
+        loop = WorkerLoop()
+        try:
+            counts = loop.run_once(threaded=True)
+        finally:
+            loop.stop.set()
+            if loop._pool is not None:
+                loop._pool.shutdown(wait=True)
+    assert counts["turns"] == 12
+    assert after == Counter({r: 1 for r in ids})
+    assert len(threads_seen) > 1 and all(name.startswith("durable-sweep") for name in threads_seen)
