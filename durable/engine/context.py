@@ -28,7 +28,7 @@ from durable.engine.ports import CheckpointRecord, CheckpointWrite
 from durable.engine.registry import resolve_step
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
 from durable.engine.serialization import error_record, to_json
-from durable.engine.steps import StepInfo, running
+from durable.engine.steps import StepInfo, retry_delay, running
 from durable.exceptions import InvalidInput, StepFailed
 
 
@@ -255,8 +255,8 @@ class WorkflowContext(CompositionOps, ContextBase):
                 output = to_json(sd.fn(*args, **kwargs), f"result of step {sd.name!r}")
         except Exception as exc:
             err = error_record(exc)
-            if err["retryable"] and sd.retries >= 1:
-                delay = sd.backoff.delay(1)
+            delay = retry_delay(sd, err, 1)
+            if delay is not None:
                 retry_at = clock.now() + timedelta(seconds=delay)
                 settle(record(PENDING, error=err, retry_at=retry_at, wake_at=retry_at))
                 turn.after_commit(lambda: engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay))

@@ -29,7 +29,6 @@ from durable.exceptions import StepNotFound
 
 if TYPE_CHECKING:
     from durable.engine.core import Engine
-    from durable.engine.ports import RunRecord, StepClaim
 
 logger = logging.getLogger("durable.steps")
 
@@ -105,27 +104,12 @@ def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool =
         if store.poke_if_settled(run_id, seq, now):
             _continue(engine, run_id, continue_turn)
         return "skipped"
-    outcome, run = run_claimed(engine, claim, inline=continue_turn)
-    if run is not None:
-        engine.run_turn(run_id, acquired=run)
-    return outcome
-
-
-def run_claimed(engine: Engine, claim: StepClaim, *, inline: bool) -> tuple[str, RunRecord | None]:
-    """Run a step this process has claimed and settle it.
-
-    Returns what happened and, ``inline``, the run when its result woke it
-    and leased it to this process (the caller runs its next turn); otherwise
-    the run's next turn is dispatched.
-    """
-    store = engine.store
-    run_id, seq = claim.run_id, claim.seq
-    lease = timedelta(seconds=engine.settings.step_execution_lease)
     try:
         sd = registry.get_step(claim.name)
     except StepNotFound as exc:
         error = error_record(exc, code="step_not_registered", retryable=False)
-        return "failed", _settle(engine, run_id, seq, inline, error=error)
+        _settle(engine, run_id, seq, continue_turn, error=error)
+        return "failed"
 
     hold = engine.keeper.hold(
         engine.settings.step_execution_lease / 3,
@@ -138,15 +122,25 @@ def run_claimed(engine: Engine, claim: StepClaim, *, inline: bool) -> tuple[str,
             output = to_json(sd.fn(*args.get("args", []), **args.get("kwargs", {})), f"result of step {sd.name!r}")
     except Exception as exc:  # noqa: BLE001 - any user error is a step failure
         err = error_record(exc)
-        if err["retryable"] and claim.attempt <= sd.retries:
-            delay = sd.backoff.delay(claim.attempt)
+        delay = retry_delay(sd, err, claim.attempt)
+        if delay is not None:
             store.finish_step(run_id, seq, clock.now(), error=err, retry_at=clock.now() + timedelta(seconds=delay))
             engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay)
-            return "retrying", None
-        return "failed", _settle(engine, run_id, seq, inline, error=err)
+            return "retrying"
+        _settle(engine, run_id, seq, continue_turn, error=err)
+        return "failed"
     finally:
         hold.release()
-    return "completed", _settle(engine, run_id, seq, inline, output=output)
+    _settle(engine, run_id, seq, continue_turn, output=output)
+    return "completed"
+
+
+def retry_delay(sd: Any, error: dict[str, Any], attempt: int) -> float | None:
+    """Seconds until the next attempt of a step whose ``attempt`` failed with ``error``; None: no retry."""
+    if error["retryable"] and attempt <= sd.retries:
+        delay: float = sd.backoff.delay(attempt)
+        return delay
+    return None
 
 
 def _timeout_of(name: str) -> float | None:
@@ -158,22 +152,23 @@ def _timeout_of(name: str) -> float | None:
 
 def _settle(
     engine: Engine, run_id: str, seq: int, inline: bool, *, output: Any = None, error: dict[str, Any] | None = None
-) -> RunRecord | None:
+) -> None:
     """Record the step's outcome and continue its run.
 
     Inline, the result write also takes the run's lease when it wakes it, and
-    the run is returned for this worker to run its next turn at once (no wake
-    write, no acquire, no hop). Otherwise the next turn is dispatched.
+    this worker runs the next turn at once (no wake write, no acquire, no
+    hop). Otherwise the next turn is dispatched.
     """
     now = clock.now()
     if inline:
         lease_until = now + timedelta(seconds=engine.settings.lease)
-        return engine.store.finish_step_and_acquire(
+        run = engine.store.finish_step_and_acquire(
             run_id, seq, now, engine.owner, lease_until, output=output, error=error
         )
-    if engine.store.finish_step(run_id, seq, now, output=output, error=error):
+        if run is not None:
+            engine.run_turn(run_id, acquired=run)
+    elif engine.store.finish_step(run_id, seq, now, output=output, error=error):
         engine.transport.dispatch_turn(run_id)
-    return None
 
 
 def _continue(engine: Engine, run_id: str, inline: bool) -> None:

@@ -75,13 +75,19 @@ def _run_select(alias: str) -> str:
     return ", ".join(f"{alias}.{_col(f)}" for f in _RUN_COLUMNS)
 
 
-def _to_run(values: Sequence[Any]) -> RunRecord:
-    """A RunRecord from a row of ``_run_select`` columns (JSON arrives as text)."""
+def _from_db(fields: Sequence[Field[Any, Any]], values: Sequence[Any]) -> dict[str, Any]:
+    """Column values as the model fields give them (JSON arrives as text), by attribute name."""
     data = {}
-    for field, value in zip(_RUN_COLUMNS, values, strict=True):
+    for field, value in zip(fields, values, strict=True):
         if value is not None and hasattr(field, "from_db_value"):
             value = field.from_db_value(value, None, connection)
         data[field.attname] = value
+    return data
+
+
+def _to_run(values: Sequence[Any]) -> RunRecord:
+    """A RunRecord from a row of ``_run_select`` columns."""
+    data = _from_db(_RUN_COLUMNS, values)
     return RunRecord(**{name: data[name] for name in _RECORD_FIELDS})
 
 
@@ -325,12 +331,7 @@ _LOAD = (
 def load_checkpoints(run_id: str) -> dict[int, CheckpointRecord]:
     history = {}
     for seq, *values in _execute(_LOAD, [run_id]):
-        data = {}
-        for field, value in zip(_CP_LOAD, values, strict=True):
-            if value is not None and hasattr(field, "from_db_value"):
-                value = field.from_db_value(value, None, connection)
-            data[field.name] = value
-        history[seq] = CheckpointRecord(seq=seq, **data)
+        history[seq] = CheckpointRecord(seq=seq, **_from_db(_CP_LOAD, values))
     return history
 
 
