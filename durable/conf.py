@@ -39,6 +39,14 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           broker round trip). Steps with ``timeout=``, retries
                           after the first failure and ``ctx.gather`` fan-outs
                           are always dispatched.
+``PREPARED_STATEMENTS``   True. On PostgreSQL, the engine's hot-path statements
+                          (a turn's commit, a step's claim and result, lease
+                          and history reads) are prepared once per connection
+                          and then only bound and executed. Set False behind a
+                          connection pooler that cannot carry prepared
+                          statements (PgBouncer in transaction mode before
+                          1.21, or without ``max_prepared_statements``).
+                          Django's own queries are not affected.
 """
 
 from __future__ import annotations
@@ -73,6 +81,7 @@ DEFAULTS: dict[str, Any] = {
     "FLEET_CHECK": True,
     "EAGER_STEPS": True,
     "FLEET_TTL": 30.0,
+    "PREPARED_STATEMENTS": True,
 }
 
 _DURATIONS = (
@@ -105,6 +114,7 @@ class DurableSettings:
     fleet_check: bool
     eager_steps: bool
     fleet_ttl: float
+    prepared_statements: bool
 
 
 _cache: DurableSettings | None = None
@@ -162,6 +172,7 @@ def _parse(raw: Any) -> DurableSettings:
         fleet_check=bool(values["FLEET_CHECK"]),
         eager_steps=bool(values["EAGER_STEPS"]),
         fleet_ttl=values["FLEET_TTL"],
+        prepared_statements=bool(values["PREPARED_STATEMENTS"]),
     )
 
 

@@ -24,6 +24,7 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field, JSONField
 
+from durable import conf
 from durable.engine.ports import CheckpointRecord, RunRecord
 from durable.models import ACTIVE, Checkpoint, Run, RunStatus, SignalWaiter
 
@@ -91,8 +92,56 @@ def _to_run(values: Sequence[Any]) -> RunRecord:
     return RunRecord(**{name: data[name] for name in _RECORD_FIELDS})
 
 
+# Django turns psycopg's automatic preparation off (prepare_threshold None), and psycopg then
+# refuses even an explicit prepare=True. A threshold no statement reaches turns explicit
+# preparation back on without preparing anything else: Django's own cursors bind on the
+# client and never prepare.
+_EXPLICIT_ONLY = 1 << 62
+_preparing: Any = None
+
+
+def _preparing_cursor_class() -> Any:
+    """A server-side binding cursor class that prepares every statement it runs.
+
+    The statements here are few and fixed (a commit's text varies only with
+    the number of checkpoints it writes), so each is parsed and planned once
+    per connection; psycopg keeps the most recent ``prepared_max`` of them.
+    Imported on first use: the PostgreSQL backend needs psycopg.
+    """
+    global _preparing
+    if _preparing is None:
+        from django.db.backends.postgresql import base
+
+        server_binding: Any = base.ServerBindingCursor
+
+        class PreparingCursor(server_binding):  # type: ignore[misc]
+            def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+                return super().execute(query, params, prepare=True, **kwargs)
+
+        _preparing = PreparingCursor
+    return _preparing
+
+
+def _cursor() -> Any:
+    """A cursor for the statements here: Django's, or (``PREPARED_STATEMENTS``) a preparing one.
+
+    Both go through Django's cursor wrapper, so execute_wrapper hooks, query
+    logging and error translation see these statements as any other.
+    """
+    if not conf.get().prepared_statements:
+        return connection.cursor()
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    raw: Any = connection.connection
+    if raw.prepare_threshold is None:
+        raw.prepare_threshold = _EXPLICIT_ONLY
+    cursor = _preparing_cursor_class()(raw)
+    return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
+
+
 def _execute(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-    with connection.cursor() as cursor:
+    with _cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
 

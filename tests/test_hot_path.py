@@ -1,0 +1,96 @@
+"""The PostgreSQL hot path: what an in-process step costs, and prepared statements.
+
+Outside a transaction every statement is its own commit, so "one statement
+per step, none inside an explicit transaction" is "one round trip and one
+commit per step".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import override_settings
+
+import durable
+from durable.models import Run
+from durable.runtime import get_engine
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+def _noop(i: int) -> int:
+    return i
+
+
+@durable.workflow(name="hp_local_chain")
+def hp_local_chain(ctx: durable.WorkflowContext, n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += ctx.local_step(f"s{i}", _noop, i)
+    return total
+
+
+@contextmanager
+def _statements() -> Iterator[list[tuple[str, bool]]]:
+    """Every statement this connection runs: its SQL and whether it ran inside a transaction."""
+    seen: list[tuple[str, bool]] = []
+
+    def wrapper(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        seen.append((sql, connection.in_atomic_block))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(wrapper):
+        yield seen
+
+
+def _run(n: int) -> list[tuple[str, bool]]:
+    run_id = durable.start("hp_local_chain", n)
+    with _statements() as seen:
+        get_engine().run_turn(run_id)
+    run = Run.objects.get(pk=run_id)
+    assert (run.status, run.output) == ("completed", sum(range(n)))
+    return seen
+
+
+@override_settings(DURABLE={"TRANSPORT": "manual"})
+def test_each_in_process_step_is_one_statement_and_one_commit():
+    _run(1)  # warm: registry, connection
+    short, long = _run(2), _run(6)
+    assert (len(long) - len(short)) / 4 == 1
+    # autocommit: each of those statements committed on its own
+    assert not any(in_txn for _, in_txn in long)
+
+
+def _prepared() -> list[str]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        return [row[0] for row in cursor.fetchall()]
+
+
+def _orm_query(run_id: str) -> None:
+    for _ in range(3):
+        assert Run.objects.filter(pk=run_id, status="completed").exists()
+
+
+@override_settings(DURABLE={"TRANSPORT": "manual"})
+def test_hot_path_statements_are_prepared_and_django_queries_are_not():
+    connection.close()  # a new session: nothing prepared yet
+    seen = _run(3)
+    _orm_query(Run.objects.latest("created_at").pk)
+    prepared = _prepared()
+    commits = [sql for sql, _ in seen if sql.startswith("WITH lease AS")]
+    assert commits, "no turn commit seen"
+    # psycopg prepares the text with $n placeholders: compare the shape before the first one.
+    assert any(text.startswith(commits[0].split("%s")[0]) for text in prepared)
+    assert not any('"durable_run"."status" = ' in text and "LIMIT 1" in text for text in prepared)
+
+
+@override_settings(DURABLE={"TRANSPORT": "manual", "PREPARED_STATEMENTS": False})
+def test_prepared_statements_can_be_turned_off():
+    connection.close()
+    _run(3)
+    assert _prepared() == []
