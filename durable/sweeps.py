@@ -20,7 +20,7 @@ from typing import Any
 
 from durable.engine import clock, lifecycle
 from durable.engine.core import Engine
-from durable.engine.ports import RunRecord
+from durable.engine.ports import CheckpointRecord, RunRecord
 from durable.engine.registry import registry
 from durable.exceptions import StepNotFound, WorkflowNotFound
 
@@ -273,7 +273,11 @@ def wake_due_runs(
         now = clock.now()
         runs: list[RunRecord] = claim(engine.owner, now, now + timedelta(seconds=engine.settings.lease), batch)
         if runs:
-            done += sum((runner or _here)([partial(_claimed_turn, engine, run, should_stop) for run in runs]))
+            # The page's histories in one query (a run on its first turn has none to read).
+            again = [run.id for run in runs if run.turns > 1]
+            histories = engine.store.load_histories(again) if again else {}
+            jobs = [partial(_claimed_turn, engine, run, histories.get(run.id, {}), should_stop) for run in runs]
+            done += sum((runner or _here)(jobs))
         # A full page means more runs may be due. The worker loop (``runner``) claims the next
         # page at once, for up to WORKER_INTERVAL; then the other sweeps get their turn.
         if runner is None or len(runs) < batch or time.monotonic() - started >= engine.settings.worker_interval:
@@ -285,15 +289,14 @@ def _here(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
     return [job() for job in jobs]
 
 
-def _claimed_turn(engine: Engine, run: RunRecord, should_stop: StopCheck) -> bool:
+def _claimed_turn(engine: Engine, run: RunRecord, history: dict[int, CheckpointRecord], should_stop: StopCheck) -> bool:
     """Run the turn of a run this process claimed; True if a turn ran."""
     try:
         if should_stop():
             now = clock.now()
             engine.store.release(run.id, engine.owner, now, run.wake_at or now, False)
             return False
-        # As ``acquire`` would: a run on its first turn has no history to load.
-        return engine.run_turn(run.id, acquired=run, fresh=run.turns == 1) is not None
+        return engine.run_turn(run.id, acquired=run, history=history) is not None
     except Exception:
         # The other claimed runs still hold our lease: go on with them. This one's lease
         # lapses and the orphan sweep takes it over.

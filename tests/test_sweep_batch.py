@@ -127,22 +127,29 @@ def test_claim_takes_exactly_the_page_size():
     assert sorted(taken) == sorted(ids)
 
 
-def test_a_claimed_first_turn_reads_no_history_and_a_woken_one_does(monkeypatch):
-    loads: list[str] = []
-    original = store.load_checkpoints
+def test_a_page_of_woken_runs_reads_its_histories_in_one_query_and_first_turns_read_none(monkeypatch):
+    singles: list[str] = []
+    pages: list[list[str]] = []
+    one, many = store.load_checkpoints, store.load_histories
 
-    def counting(run_id: str) -> Any:
-        loads.append(run_id)
-        return original(run_id)
+    def load_one(run_id: str) -> Any:
+        singles.append(run_id)
+        return one(run_id)
 
-    monkeypatch.setattr(store, "load_checkpoints", counting)
+    def load_many(run_ids: list[str]) -> Any:
+        pages.append(list(run_ids))
+        return many(run_ids)
+
+    monkeypatch.setattr(store, "load_checkpoints", load_one)
+    monkeypatch.setattr(store, "load_histories", load_many)
     with fake_clock() as clock:
         ids = [durable.start(sb_nap, run_id=f"h-{i}") for i in range(3)]
         assert sweeps.wake_due_runs(get_engine()) == 3
-        assert loads == []  # as acquire's path: a first turn has nothing to read
+        assert (singles, pages) == ([], [])  # as acquire's path: a first turn has nothing to read
         clock.set(clock.now() + timedelta(hours=2))
         assert sweeps.wake_due_runs(get_engine()) == 3
-    assert sorted(loads) == sorted(ids)
+    assert singles == []
+    assert [sorted(page) for page in pages] == [sorted(ids)]
     assert all(durable.get_run(r).status == "completed" for r in ids)
 
 
@@ -306,3 +313,26 @@ def test_worker_loop_runs_a_claimed_page_on_its_threads():
     assert counts["turns"] == 12
     assert after == Counter({r: 1 for r in ids})
     assert len(threads_seen) > 1 and all(name.startswith("durable-sweep") for name in threads_seen)
+
+
+@durable.workflow(name="sb_two_naps")
+def sb_two_naps(ctx: durable.WorkflowContext) -> str:
+    ctx.local_step("before", _woke, ctx.run_id)
+    ctx.sleep("1h")
+    ctx.sleep("1h")
+    return "done"
+
+
+def test_load_histories_reads_each_runs_checkpoints_as_load_checkpoints_does():
+    with fake_clock() as clock:
+        one = asleep(1, prefix="hist")[0]
+        two = durable.start(sb_two_naps, run_id="hist-two")
+        drive()
+        clock.set(clock.now() + timedelta(hours=1, seconds=1))
+        drive()  # the second run goes on to its second sleep
+        fresh = durable.start(sb_two_naps, run_id="hist-fresh")  # no turn yet: no checkpoints
+    histories = store.load_histories([one, two, fresh])
+    assert set(histories) == {one, two}
+    assert histories[one] == store.load_checkpoints(one)
+    assert histories[two] == store.load_checkpoints(two)
+    assert [cp.kind for cp in histories[two].values()] == ["local", "sleep", "sleep"]

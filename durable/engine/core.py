@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from durable.engine.leases import LeaseKeeper
-from durable.engine.ports import RunRecord, Store, Transport
+from durable.engine.ports import CheckpointRecord, RunRecord, Store, Transport
 
 logger = logging.getLogger("durable")
 
@@ -60,10 +60,17 @@ class Engine:
         # once (EAGER_STEPS); set by the Celery worker, empty elsewhere.
         self.eager_routes: frozenset[str | None] = frozenset()
 
-    def run_turn(self, run_id: str, *, acquired: RunRecord | None = None, fresh: bool = False) -> str | None:
+    def run_turn(
+        self,
+        run_id: str,
+        *,
+        acquired: RunRecord | None = None,
+        fresh: bool = False,
+        history: dict[int, CheckpointRecord] | None = None,
+    ) -> str | None:
         from durable.engine.turn import run_turn
 
-        return run_turn(self, run_id, acquired=acquired, fresh=fresh)
+        return run_turn(self, run_id, acquired=acquired, fresh=fresh, history=history)
 
     def execute_step(self, run_id: str, seq: int, *, continue_turn: bool = True) -> str:
         from durable.engine.steps import execute_step

@@ -204,7 +204,14 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     return error_record(exc)
 
 
-def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None, fresh: bool = False) -> str | None:
+def run_turn(
+    engine: Engine,
+    run_id: str,
+    *,
+    acquired: RunRecord | None = None,
+    fresh: bool = False,
+    history: dict[int, CheckpointRecord] | None = None,
+) -> str | None:
     """Run one turn of ``run_id`` if it is due and its lease is free.
 
     Returns the status the turn committed (``suspended``, ``completed``,
@@ -214,6 +221,10 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None, 
     ``acquired`` is a run whose lease the caller already holds (orphan recovery,
     a step result that woke it, a start that inserted it leased); ``fresh``
     says it cannot have any history yet (its first turn, never attempted).
+    ``history`` is its checkpoints, read by the caller after it took the
+    lease (a sweep reads a whole page's in one query); nothing else writes
+    them while the lease is held, except a step result, which the commit
+    and ``poke_if_settled`` reconcile as they do for a history read here.
     """
     store = engine.store
     owner = engine.owner
@@ -232,7 +243,10 @@ def run_turn(engine: Engine, run_id: str, *, acquired: RunRecord | None = None, 
     try:
         # A run's first turn has no history to read.
         first = fresh if acquired is not None else run.turns == 1
-        checkpoints = {} if first else store.load_checkpoints(run.id)
+        if history is not None and acquired is not None:
+            checkpoints = history
+        else:
+            checkpoints = {} if first else store.load_checkpoints(run.id)
         turn = Turn(engine, run, checkpoints)
         hold = engine.keeper.hold(
             engine.settings.lease / 3,

@@ -86,7 +86,7 @@ def _from_db(fields: Sequence[Field[Any, Any]], values: Sequence[Any]) -> dict[s
     return data
 
 
-def _to_run(values: Sequence[Any]) -> RunRecord:
+def to_run(values: Sequence[Any]) -> RunRecord:
     """A RunRecord from a row of ``_run_select`` columns."""
     data = _from_db(_RUN_COLUMNS, values)
     return RunRecord(**{name: data[name] for name in _RECORD_FIELDS})
@@ -140,7 +140,7 @@ def _cursor() -> Any:
     return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
 
 
-def _execute(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+def execute(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
     with _cursor() as cursor:
         cursor.execute(sql, params)
         return cursor.fetchall() if cursor.description else []
@@ -237,7 +237,7 @@ def commit(
             params += [_prep(f, _cp_value(run_id, rec, f)) for f in _CP_INSERT]
         names = ", ".join(_col(f) for f in _CP_INSERT)
         ctes.append(f"ins AS (INSERT INTO {CP_TABLE} ({names}) {' UNION ALL '.join([row] * len(creates))})")
-    found = _execute(f"WITH {', '.join(ctes)} SELECT {_q('wake_at')}, {_q('awaited')} FROM lease", params)
+    found = execute(f"WITH {', '.join(ctes)} SELECT {_q('wake_at')}, {_q('awaited')} FROM lease", params)
     if not found:
         return False, None, False
     wake: datetime | None = found[0][0]
@@ -256,12 +256,12 @@ def poke_if_settled(run_id: str, seqs: list[int], now: datetime) -> bool:
         f"AND EXISTS (SELECT 1 FROM {CP_TABLE} WHERE {_q('run_id')} = %s AND {_q('seq')} = ANY(%s) "
         f"AND {_q('status')} IN ('completed', 'failed')) RETURNING 1"
     )
-    return bool(_execute(sql, [now, run_id, RunStatus.SUSPENDED, run_id, seqs]))
+    return bool(execute(sql, [now, run_id, RunStatus.SUSPENDED, run_id, seqs]))
 
 
 def lease_held(run_id: str, owner: str) -> bool:
     sql = f"SELECT 1 FROM {RUN_TABLE} WHERE {_q('id')} = %s AND {_q('status')} = %s AND {_q('locked_by')} = %s"
-    return bool(_execute(sql, [run_id, RunStatus.RUNNING, owner]))
+    return bool(execute(sql, [run_id, RunStatus.RUNNING, owner]))
 
 
 # -- dispatched steps ---------------------------------------------------------------
@@ -285,7 +285,7 @@ def claim_step(
     else); a cancel racing the claim is settled by the result write, which
     drops results for cancelled runs.
     """
-    rows = _execute(_CLAIM, [owner, lease_until, now, run_id, seq, now, _ACTIVE])
+    rows = execute(_CLAIM, [owner, lease_until, now, run_id, seq, now, _ACTIVE])
     if not rows:
         return None
     cp_id, name, raw_input, attempts, namespace = rows[0]
@@ -294,7 +294,7 @@ def claim_step(
 
 
 def set_step_timeout(cp_id: int, timeout_at: datetime) -> None:
-    _execute(f"UPDATE {CP_TABLE} SET {_q('timeout_at')} = %s WHERE {_q('id')} = %s", [timeout_at, cp_id])
+    execute(f"UPDATE {CP_TABLE} SET {_q('timeout_at')} = %s WHERE {_q('id')} = %s", [timeout_at, cp_id])
 
 
 def finish_step(
@@ -347,13 +347,13 @@ def finish_step(
         run_id,
         seq,
     ]
-    rows = _execute(sql, params)
+    rows = execute(sql, params)
     if not rows:
         return None, None
     status, *run = rows[0]
     if take is None or run[0] is None:
         return status, None
-    return status, _to_run(run)
+    return status, to_run(run)
 
 
 # -- leases and history -------------------------------------------------------------
@@ -366,8 +366,8 @@ _ACQUIRE = (
 
 
 def acquire(run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None:
-    rows = _execute(_ACQUIRE, [owner, lease_until, now, now, run_id, now])
-    return _to_run(rows[0]) if rows else None
+    rows = execute(_ACQUIRE, [owner, lease_until, now, now, run_id, now])
+    return to_run(rows[0]) if rows else None
 
 
 _CP_LOAD = [_CP_FIELD[name] for name in CheckpointRecord.__dataclass_fields__ if name != "seq"]
@@ -378,10 +378,20 @@ _LOAD = (
 
 
 def load_checkpoints(run_id: str) -> dict[int, CheckpointRecord]:
-    history = {}
-    for seq, *values in _execute(_LOAD, [run_id]):
-        history[seq] = CheckpointRecord(seq=seq, **_from_db(_CP_LOAD, values))
-    return history
+    return {seq: CheckpointRecord(seq=seq, **_from_db(_CP_LOAD, values)) for seq, *values in execute(_LOAD, [run_id])}
+
+
+_LOAD_MANY = (
+    f"SELECT {_q('run_id')}, {_q('seq')}, {', '.join(_col(f) for f in _CP_LOAD)} FROM {CP_TABLE} "
+    f"WHERE {_q('run_id')} = ANY(%s) ORDER BY {_q('run_id')}, {_q('seq')}"
+)
+
+
+def load_histories(run_ids: list[str]) -> dict[str, dict[int, CheckpointRecord]]:
+    histories: dict[str, dict[int, CheckpointRecord]] = {}
+    for run_id, seq, *values in execute(_LOAD_MANY, [run_ids]):
+        histories.setdefault(run_id, {})[seq] = CheckpointRecord(seq=seq, **_from_db(_CP_LOAD, values))
+    return histories
 
 
 def wake_waiters(tokens: list[str], now: datetime) -> list[str]:
@@ -391,4 +401,4 @@ def wake_waiters(tokens: list[str], now: datetime) -> list[str]:
         f"UPDATE {RUN_TABLE} SET {_q('wake_at')} = %s WHERE {_q('status')} = 'suspended' AND {_q('id')} IN "
         f"(SELECT {_q('run_id')} FROM {waiter} WHERE {_q('name')} = ANY(%s)) RETURNING {_q('id')}"
     )
-    return [row[0] for row in _execute(sql, [now, tokens])]
+    return [row[0] for row in execute(sql, [now, tokens])]

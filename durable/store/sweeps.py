@@ -20,6 +20,7 @@ from durable.models import (
     SignalWaiter,
     WorkerDescriptor,
 )
+from durable.store import _pg
 from durable.store._base import (
     CP_STATUS,
     StoreBase,
@@ -87,7 +88,10 @@ class SweepsStore(StoreBase):
             f"AND {due} RETURNING {columns}"
         )
         params = [*due_params, limit, RunStatus.RUNNING, owner, ts(lease_until), ts(now), ts(now), *due_params]
-        runs = [_run_record(row) for row in Run.objects.raw(sql, params)]
+        if _pg.usable():
+            runs = [_pg.to_run(row) for row in _pg.execute(sql, params)]
+        else:
+            runs = [_run_record(row) for row in Run.objects.raw(sql, params)]
         # RETURNING gives no order: put the page back in the order it was chosen in.
         if pending:
             runs.sort(key=lambda run: (-run.priority, run.created_at))

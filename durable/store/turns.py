@@ -43,6 +43,16 @@ class TurnsStore(StoreBase):
         rows = Checkpoint.objects.filter(run_id=run_id).order_by("seq").values(*_CP_FIELDS)
         return {row["seq"]: _cp_record(row) for row in rows}
 
+    def load_histories(self, run_ids: list[str]) -> dict[str, dict[int, CheckpointRecord]]:
+        """The checkpoints of several runs in one query, by run id (a run without any is absent)."""
+        if _pg.usable():
+            return _pg.load_histories(run_ids)
+        histories: dict[str, dict[int, CheckpointRecord]] = {}
+        rows = Checkpoint.objects.filter(run_id__in=run_ids).order_by("run_id", "seq").values("run_id", *_CP_FIELDS)
+        for row in rows:
+            histories.setdefault(row["run_id"], {})[row["seq"]] = _cp_record(row)
+        return histories
+
     def commit(
         self,
         run_id: str,
