@@ -276,8 +276,11 @@ def wake_due_runs(
             # The page's histories in one query (a run on its first turn has none to read).
             again = [run.id for run in runs if run.turns > 1]
             histories = engine.store.load_histories(again) if again else {}
-            jobs = [partial(_claimed_turn, engine, run, histories.get(run.id, {}), should_stop) for run in runs]
-            done += sum((runner or _here)(jobs))
+            claimed = [(run, histories.get(run.id, {})) for run in runs]
+            # One job per thread, each a slice of the page whose final commits go together.
+            size = -(-len(claimed) // max(engine.settings.worker_threads if runner else 1, 1))
+            slices = [claimed[i : i + size] for i in range(0, len(claimed), size)]
+            done += sum((runner or _here)([partial(_claimed_turns, engine, part, should_stop) for part in slices]))
         # A full page means more runs may be due. The worker loop (``runner``) claims the next
         # page at once, for up to WORKER_INTERVAL; then the other sweeps get their turn.
         if runner is None or len(runs) < batch or time.monotonic() - started >= engine.settings.worker_interval:
@@ -289,19 +292,16 @@ def _here(jobs: Sequence[Callable[[], Any]]) -> list[Any]:
     return [job() for job in jobs]
 
 
-def _claimed_turn(engine: Engine, run: RunRecord, history: dict[int, CheckpointRecord], should_stop: StopCheck) -> bool:
-    """Run the turn of a run this process claimed; True if a turn ran."""
+def _claimed_turns(
+    engine: Engine, claimed: list[tuple[RunRecord, dict[int, CheckpointRecord]]], should_stop: StopCheck
+) -> int:
+    """Run the turns of runs this process claimed, their final commits together; how many ran."""
     try:
-        if should_stop():
-            now = clock.now()
-            engine.store.release(run.id, engine.owner, now, run.wake_at or now, False)
-            return False
-        return engine.run_turn(run.id, acquired=run, history=history) is not None
+        return sum(status is not None for status in engine.run_turns(claimed, should_stop))
     except Exception:
-        # The other claimed runs still hold our lease: go on with them. This one's lease
-        # lapses and the orphan sweep takes it over.
-        logger.exception("turn of claimed run %s failed", run.id)
-        return False
+        # The leases lapse and the orphan sweep takes these runs over.
+        logger.exception("turns of %d claimed runs failed", len(claimed))
+        return 0
 
 
 def _turn(engine: Engine, run_id: str, execute: bool) -> None:

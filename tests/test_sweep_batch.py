@@ -336,3 +336,111 @@ def test_load_histories_reads_each_runs_checkpoints_as_load_checkpoints_does():
     assert histories[one] == store.load_checkpoints(one)
     assert histories[two] == store.load_checkpoints(two)
     assert [cp.kind for cp in histories[two].values()] == ["local", "sleep", "sleep"]
+
+
+# -- the page's final commits go together --------------------------------------------
+def _batched_statements(monkeypatch) -> list[int]:
+    """Spy on the shared statement: the number of runs in each one that ran."""
+    from durable.store import _pg
+
+    sizes: list[int] = []
+    original = _pg.commit_many
+
+    def spy(owner, entries):
+        sizes.append(len(entries))
+        return original(owner, entries)
+
+    monkeypatch.setattr(_pg, "commit_many", spy)
+    return sizes
+
+
+@pytest.mark.postgres
+def test_a_woken_page_commits_in_one_statement_per_shape(monkeypatch):
+    sizes = _batched_statements(monkeypatch)
+    with fake_clock() as clock:
+        naps = asleep(4)
+        twice = [durable.start(sb_two_naps, run_id=f"two-{i}") for i in range(3)]
+        drive()
+        assert sizes == [4, 3]  # first turns: the four naps, then the three two-nappers
+        sizes.clear()
+        clock.set(clock.now() + timedelta(hours=1, seconds=1))
+        assert sweeps.wake_due_runs(get_engine()) == 7
+    # the naps complete (one shape), the two-nappers suspend again (another)
+    assert sorted(sizes) == [3, 4]
+    rows = {r.id: r for r in Run.objects.filter(id__in=naps + twice)}
+    assert all(rows[r].status == RunStatus.COMPLETED and rows[r].output == r for r in naps)
+    assert all(rows[r].status == RunStatus.SUSPENDED and rows[r].wake_at is not None for r in twice)
+    assert after == Counter({r: 1 for r in naps + twice})
+    for r in twice:
+        kinds = [(cp.kind, cp.status) for cp in store.load_checkpoints(r).values()]
+        assert kinds == [("local", "completed"), ("sleep", "completed"), ("sleep", "pending")]
+    for r in naps:
+        assert [(cp.kind, cp.status) for cp in store.load_checkpoints(r).values()] == [
+            ("sleep", "completed"),
+            ("local", "completed"),
+        ]
+
+
+def _before_batch(monkeypatch, meddle) -> None:
+    """Run ``meddle`` (another session's write) after the turns ran, before their shared commit."""
+    original = store.commit_many
+
+    def commit_many(commits):
+        meddle()
+        return original(commits)
+
+    monkeypatch.setattr(store, "commit_many", commit_many)
+
+
+@pytest.mark.postgres
+def test_a_lost_lease_refuses_that_runs_part_of_the_batch_alone(monkeypatch):
+    with fake_clock() as clock:
+        ids = asleep(3, prefix="steal")
+        clock.set(clock.now() + timedelta(hours=2))
+        victim = ids[1]
+        _before_batch(monkeypatch, lambda: Run.objects.filter(id=victim).update(locked_by="thief"))
+        statuses = get_engine().run_turns(
+            [(run, store.load_checkpoints(run.id)) for run in store.claim_due_runs(get_engine().owner, *_lease(), 10)]
+        )
+    assert sorted(s for s in statuses if s) == ["completed", "completed", "lost"]
+    rows = {r.id: r for r in Run.objects.filter(id__in=ids)}
+    assert [rows[r].status for r in ids] == [RunStatus.COMPLETED, RunStatus.RUNNING, RunStatus.COMPLETED]
+    assert rows[victim].locked_by == "thief"
+    # nothing of the victim's final commit was written (the flush before its local step was)
+    assert [(cp.kind, cp.status) for cp in store.load_checkpoints(victim).values()] == [("sleep", "completed")]
+    assert [cp.kind for cp in store.load_checkpoints(ids[0]).values()] == ["sleep", "local"]
+
+
+def _lease() -> tuple[Any, Any]:
+    now = engine_clock.now()
+    return now, now + timedelta(seconds=30)
+
+
+@pytest.mark.postgres
+def test_a_cancel_arriving_before_a_batched_suspend_wakes_the_run_at_once(monkeypatch):
+    with fake_clock() as clock:
+        ids = [durable.start(sb_two_naps, run_id=f"cw-{i}") for i in range(2)]
+        drive()
+        clock.set(clock.now() + timedelta(hours=1, seconds=1))
+        _before_batch(monkeypatch, lambda: Run.objects.filter(id=ids[0]).update(cancel_requested=True))
+        sweeps.wake_due_runs(get_engine())
+        now = clock.now()
+    rows = {r.id: r for r in Run.objects.filter(id__in=ids)}
+    assert rows[ids[0]].status == rows[ids[1]].status == RunStatus.SUSPENDED
+    assert rows[ids[0]].wake_at <= now  # the cancel is handled next, not after the hour
+    assert rows[ids[1]].wake_at > now + timedelta(minutes=59)
+
+
+def test_when_the_shared_commit_fails_each_run_commits_alone(monkeypatch):
+    from durable.store import _pg
+
+    def broken(owner, entries):
+        raise RuntimeError("statement failed")
+
+    monkeypatch.setattr(_pg, "commit_many", broken)
+    with fake_clock() as clock:
+        ids = asleep(3, prefix="fallback")
+        clock.set(clock.now() + timedelta(hours=2))
+        assert sweeps.wake_due_runs(get_engine()) == 3
+    assert set(Run.objects.filter(id__in=ids).values_list("status", flat=True)) == {RunStatus.COMPLETED}
+    assert after == Counter({r: 1 for r in ids})

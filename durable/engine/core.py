@@ -72,6 +72,15 @@ class Engine:
 
         return run_turn(self, run_id, acquired=acquired, fresh=fresh, history=history)
 
+    def run_turns(
+        self,
+        claimed: list[tuple[RunRecord, dict[int, CheckpointRecord]]],
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> list[str | None]:
+        from durable.engine.turn import run_turns
+
+        return run_turns(self, claimed, should_stop)
+
     def execute_step(self, run_id: str, seq: int, *, continue_turn: bool = True) -> str:
         from durable.engine.steps import execute_step
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -226,6 +227,92 @@ def run_turn(
     them while the lease is held, except a step result, which the commit
     and ``poke_if_settled`` reconcile as they do for a history read here.
     """
+    ready = prepare_turn(engine, run_id, acquired=acquired, fresh=fresh, history=history)
+    if not isinstance(ready, ReadyTurn):
+        return ready
+    try:
+        ok = engine.store.commit(ready.run.id, engine.owner, ready.done, ready.lease_until, ready.writes, ready.outcome)
+    except Exception as exc:  # noqa: BLE001 - the commit failed; give the run back
+        return _abandon(engine, ready.run.id, exc)
+    return finish_turn(engine, ready, ok)
+
+
+def run_turns(
+    engine: Engine,
+    claimed: list[tuple[RunRecord, dict[int, CheckpointRecord]]],
+    should_stop: Callable[[], bool] = lambda: False,
+) -> list[str | None]:
+    """Run the turns of runs whose leases this process holds, and commit them together.
+
+    ``claimed`` pairs each run with its history. Each turn runs as
+    :func:`run_turn` would, up to its final commit; the final commits then
+    go to the database at once (``Store.commit_many``: one statement per
+    shape on PostgreSQL), each still conditional on its own lease, so a
+    lost lease refuses that run's commit alone. A run's commit is only
+    delayed, never merged with another run's outcome. Once ``should_stop()``
+    is true, the runs whose turn has not started are handed back, still due
+    (their result is None).
+    """
+    results: list[str | None] = [None] * len(claimed)
+    ready: list[tuple[int, ReadyTurn]] = []
+    for i, (run, history) in enumerate(claimed):
+        if should_stop():
+            _hand_back(engine, [r for r, _ in claimed[i:]])
+            break
+        got = prepare_turn(engine, run.id, acquired=run, history=history)
+        if isinstance(got, ReadyTurn):
+            ready.append((i, got))
+        else:
+            results[i] = got
+    if not ready:
+        return results
+    owner = engine.owner
+    try:
+        oks: list[bool | Exception] = list(
+            engine.store.commit_many([(r.run.id, owner, r.done, r.lease_until, r.writes, r.outcome) for _, r in ready])
+        )
+    except Exception as exc:  # noqa: BLE001 - the batch failed as a whole: nothing of it was written
+        logger.warning("batched commit failed (%s); committing one by one", exc)
+        oks = []
+        for _, r in ready:
+            try:
+                oks.append(engine.store.commit(r.run.id, owner, r.done, r.lease_until, r.writes, r.outcome))
+            except Exception as one:  # noqa: BLE001
+                oks.append(one)
+    for (i, r), ok in zip(ready, oks, strict=True):
+        results[i] = _abandon(engine, r.run.id, ok) if isinstance(ok, Exception) else finish_turn(engine, r, ok)
+    return results
+
+
+@dataclass
+class ReadyTurn:
+    """A turn that ran to its end and awaits its final commit."""
+
+    turn: Turn
+    run: RunRecord
+    outcome: Outcome
+    done: datetime
+    lease_until: datetime
+
+    @property
+    def writes(self) -> TurnWrites:
+        return self.turn.writes
+
+
+def prepare_turn(
+    engine: Engine,
+    run_id: str,
+    *,
+    acquired: RunRecord | None = None,
+    fresh: bool = False,
+    history: dict[int, CheckpointRecord] | None = None,
+) -> ReadyTurn | str | None:
+    """Take the lease (unless ``acquired``) and run the workflow up to its final commit.
+
+    Returns the turn ready to commit, or the turn's result when it ended
+    without one (see :func:`run_turn`). The lease keeper stops renewing once
+    the workflow returns: the commit must follow within ``LEASE``.
+    """
     store = engine.store
     owner = engine.owner
     now = clock.now()
@@ -274,10 +361,12 @@ def run_turn(
             outcome.lifecycle = lifecycle.owed_record(engine, run.workflow, outcome.status)
         except Exception as exc:  # noqa: BLE001 - the fleet read failed; give the run back
             return _abandon(engine, run.id, exc)
-    try:
-        ok = store.commit(run.id, owner, done, turn.lease_until(done), turn.writes, outcome)
-    except Exception as exc:  # noqa: BLE001 - the commit failed; give the run back
-        return _abandon(engine, run.id, exc)
+    return ReadyTurn(turn, run, outcome, done, turn.lease_until(done))
+
+
+def finish_turn(engine: Engine, ready: ReadyTurn, ok: bool) -> str:
+    """What follows a turn's final commit (``ok``: it was written): wake, dispatch, emit."""
+    turn, run, outcome, done = ready.turn, ready.run, ready.outcome, ready.done
     if not ok:
         return _lost(engine, run.id)
     turn.run_after_commit()
@@ -427,6 +516,15 @@ def _lost(engine: Engine, run_id: str) -> str:
     except Exception:
         logger.warning("could not hand back %s; its lease will expire", run_id, exc_info=True)
     return "lost"
+
+
+def _hand_back(engine: Engine, runs: list[RunRecord]) -> None:
+    now = clock.now()
+    for run in runs:
+        try:
+            engine.store.release(run.id, engine.owner, now, run.wake_at or now, False)
+        except Exception:
+            logger.warning("could not hand back %s; its lease will expire", run.id, exc_info=True)
 
 
 def _abandon(engine: Engine, run_id: str, exc: BaseException) -> str:

@@ -244,6 +244,88 @@ def commit(
     return True, wake, bool(found[0][1])
 
 
+def _array(field: Field[Any, Any]) -> str:
+    return f"%s::{field.cast_db_type(connection)}[]"
+
+
+# A checkpoint update in a batch writes every updatable column; the two a single commit
+# skips when unset keep their stored value here instead.
+_KEEP_IF_UNSET = {"started_at": "COALESCE(u.{c}, cp.{c})", "attempts": "COALESCE(NULLIF(u.{c}, 0), cp.{c})"}
+
+
+def commit_many(
+    owner: str,
+    entries: Sequence[
+        tuple[
+            str,
+            dict[str, Any],
+            list[CheckpointRecord],
+            list[tuple[CheckpointRecord, tuple[str, ...], str | None]],
+            tuple[datetime, datetime | None] | None,
+        ]
+    ],
+) -> dict[str, tuple[datetime | None, bool]]:
+    """:func:`commit` for several runs in one statement; their fields must have the same names.
+
+    Each entry is ``(run_id, run_fields, creates, updates, cancel_wake)`` as
+    :func:`commit` takes them (no step claims). Values travel as one array
+    per column, so the statement's text depends only on the shape and is
+    prepared once. Each run's row is updated only where ``owner`` still
+    holds its lease, and only those runs' checkpoints are written. Returns
+    ``{run_id: (wake_at, awaited)}`` for the runs written.
+    """
+    names = list(entries[0][1])
+    ids = [e[0] for e in entries]
+    params: list[Any] = [ids]
+    cols = [_q("id")]
+    for name in names:
+        field = _RUN_FIELD[name]
+        cols.append(_col(field))
+        params.append([_prep(field, e[1][name]) for e in entries])
+    sets = [f"{c} = v.{c}" for c in cols[1:]]
+    arrays = ["%s::varchar[]"] + [_array(_RUN_FIELD[n]) for n in names]
+    if entries[0][4] is not None:
+        cols += ["cw_now", "cw_wake"]
+        arrays += ["%s::timestamptz[]", "%s::timestamptz[]"]
+        params += [[e[4][0] for e in entries], [e[4][1] for e in entries]]  # type: ignore[index]
+        sets.append(f"{_q('wake_at')} = CASE WHEN r.{_q('cancel_requested')} THEN v.cw_now ELSE v.cw_wake END")
+    ctes = [
+        f"v AS (SELECT * FROM unnest({', '.join(arrays)}) AS v({', '.join(cols)}))",
+        f"lease AS (UPDATE {RUN_TABLE} r SET {', '.join(sets)} FROM v WHERE r.{_q('id')} = v.{_q('id')} "
+        f"AND r.{_q('status')} = %s AND r.{_q('locked_by')} = %s "
+        f"RETURNING r.{_q('id')}, r.{_q('wake_at')}, r.{_q('awaited')})",
+    ]
+    params += [RunStatus.RUNNING, owner]
+    creates = [(e[0], rec) for e in entries for rec in e[2]]
+    if creates:
+        names_sql = ", ".join(_col(f) for f in _CP_INSERT)
+        ctes.append(
+            f"ins AS (INSERT INTO {CP_TABLE} ({names_sql}) SELECT * FROM unnest("
+            f"{', '.join(_array(f) for f in _CP_INSERT)}) AS c({names_sql}) "
+            f"WHERE c.{_q('run_id')} IN (SELECT {_q('id')} FROM lease))"
+        )
+        params += [[_prep(f, _cp_value(run_id, rec, f)) for run_id, rec in creates] for f in _CP_INSERT]
+    updates = [(e[0], rec, expect) for e in entries for rec, expect, _ in e[3]]
+    if updates:
+        fields = [_CP_FIELD[name] for name in _CP_UPDATABLE]
+        ucols = [_col(f) for f in fields]
+        usets = [
+            f"{c} = " + (_KEEP_IF_UNSET[f.name].format(c=c) if f.name in _KEEP_IF_UNSET else f"u.{c}")
+            for f, c in zip(fields, ucols, strict=True)
+        ]
+        ctes.append(
+            f"upd AS (UPDATE {CP_TABLE} cp SET {', '.join(usets)} FROM unnest(%s::varchar[], %s::integer[], "
+            f"%s::text[], {', '.join(_array(f) for f in fields)}) AS u(u_run, u_seq, u_expect, {', '.join(ucols)}) "
+            f"WHERE cp.{_q('run_id')} = u.u_run AND cp.{_q('seq')} = u.u_seq "
+            f"AND cp.{_q('status')} = ANY(string_to_array(u.u_expect, ',')) "
+            f"AND u.u_run IN (SELECT {_q('id')} FROM lease))"
+        )
+        params += [[u[0] for u in updates], [u[1].seq for u in updates], [",".join(u[2]) for u in updates]]
+        params += [[_prep(f, getattr(rec, f.name)) for _, rec, _ in updates] for f in fields]
+    rows = execute(f"WITH {', '.join(ctes)} SELECT * FROM lease", params)
+    return {run_id: (wake, bool(awaited)) for run_id, wake, awaited in rows}
+
+
 def poke_if_settled(run_id: str, seqs: list[int], now: datetime) -> bool:
     """Wake a run that just suspended if one of the steps it waits on settled meanwhile.
 

@@ -148,6 +148,63 @@ class TurnsStore(StoreBase):
         outcome: Outcome | None,
     ) -> bool:
         """:meth:`commit` in one statement (PostgreSQL); same guarantees, see :mod:`durable.store._pg`."""
+        fields, creates, updates, cancel_wake = self._simple_parts(now, writes, outcome)
+        written, wake_at, awaited = _pg.commit(run_id, owner, fields, creates, updates, cancel_wake)
+        if written and outcome is not None:
+            self._after_simple(run_id, now, outcome, wake_at, awaited)
+        return written
+
+    def commit_many(
+        self, commits: list[tuple[str, str, datetime, datetime, TurnWrites, Outcome]]
+    ) -> list[bool | Exception]:
+        """Final commits of several turns, each as :meth:`commit` would make it, written together.
+
+        On PostgreSQL the common shapes go in one statement per shape (see
+        ``_pg.commit_many``); each run's part is still conditional on its own
+        lease, so one lost lease refuses that run's commit alone. Each result
+        is :meth:`commit`'s, or the exception that run's own commit raised.
+        If the shared statement fails, none of it was written and it raises.
+        """
+        results: list[bool | Exception | None] = [None] * len(commits)
+        batch: dict[tuple[Any, ...], list[int]] = {}
+        parts: dict[int, tuple[dict[str, Any], list[CheckpointRecord], list[Any], Any]] = {}
+        for i, (_, _, now, _, writes, outcome) in enumerate(commits):
+            if _pg.usable() and self._simple(writes, outcome) and not any(w.claimed_by for w in writes.checkpoints):
+                parts[i] = self._simple_parts(now, writes, outcome)
+                fields, _, _, cancel_wake = parts[i]
+                batch.setdefault((tuple(fields), cancel_wake is not None), []).append(i)
+        for group in batch.values():
+            owner = commits[group[0]][1]
+            if len(group) == 1 or any(commits[i][1] != owner for i in group):
+                continue  # committed alone below
+            written = _pg.commit_many(owner, [(commits[i][0], *parts[i]) for i in group])
+            for i in group:
+                run_id, _, now, _, _, outcome = commits[i]
+                got = written.get(run_id)
+                results[i] = got is not None
+                if got is not None:
+                    try:
+                        self._after_simple(run_id, now, outcome, *got)
+                    except Exception as exc:  # noqa: BLE001 - written; only the wake of waiters failed
+                        results[i] = exc
+        for i, (run_id, owner, now, lease_until, writes, outcome) in enumerate(commits):
+            if results[i] is None:
+                try:
+                    results[i] = self.commit(run_id, owner, now, lease_until, writes, outcome)
+                except Exception as exc:  # noqa: BLE001 - reported for this run alone
+                    results[i] = exc
+        return [r for r in results if r is not None]
+
+    @staticmethod
+    def _simple_parts(
+        now: datetime, writes: TurnWrites, outcome: Outcome | None
+    ) -> tuple[
+        dict[str, Any],
+        list[CheckpointRecord],
+        list[tuple[CheckpointRecord, tuple[str, ...], str | None]],
+        tuple[datetime, datetime | None] | None,
+    ]:
+        """What the one-statement commit writes: run fields, checkpoints to create and to update."""
         fields: dict[str, Any] = dict(writes.run_fields)
         cancel_wake = None
         if outcome is not None:
@@ -161,11 +218,12 @@ class TurnsStore(StoreBase):
                 fields.update(wake_at=None, finished_at=now, output=outcome.output, error=outcome.error)
         creates = [w.record for w in writes.checkpoints if w.create]
         updates = [(w.record, w.expect, w.claimed_by) for w in writes.checkpoints if not w.create]
-        written, wake_at, awaited = _pg.commit(run_id, owner, fields, creates, updates, cancel_wake)
-        if not written:
-            return False
-        if outcome is None:
-            return True
+        return fields, creates, updates, cancel_wake
+
+    def _after_simple(
+        self, run_id: str, now: datetime, outcome: Outcome, wake_at: datetime | None, awaited: bool
+    ) -> None:
+        """After a one-statement final commit: a suspended run's wake, a finished run's waiters."""
         if outcome.status == RunStatus.SUSPENDED:
             outcome.wake_at = wake_at
             if outcome.step_seqs and _pg.poke_if_settled(run_id, outcome.step_seqs, now):
@@ -174,7 +232,6 @@ class TurnsStore(StoreBase):
             # Nobody can wait for a run that was never awaited (the flag is set under this
             # row's lock by any waiter's commit); a retry's waiters wait on the original run.
             outcome.woken = self._wake_waiters(outcome.notify, now)
-        return True
 
     def _settle_waiters(self, run_id: str, writes: TurnWrites, outcome: Outcome, now: datetime) -> None:
         waiters = outcome.waiters
