@@ -49,6 +49,8 @@ class RunsStore(StoreBase):
             f"ON CONFLICT ({quote('id')}) DO NOTHING RETURNING {quote('id')}"
         )
         params = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in columns]
+        if _pg.usable():
+            return bool(_pg.execute(sql, params))
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchone() is not None
