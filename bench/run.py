@@ -55,11 +55,12 @@ SIZES: dict[str, dict[str, int]] = {
         "w3_reps": 5,
         "w3_alt_reps": 3,
         "w4_workflows": 100,
-        "w4_reps": 3,
+        "w4_reps": 5,
         "w4_iso": 50,
         "w4_iso_dbos": 10,
         "w5_runs": 1000,
-        "w5_lead": 40,
+        "w5_lead": 15,
+        "w5_reps": 5,
         "w6_workflows": 30,
         "w6_dispatched": 10,
     },
@@ -75,11 +76,12 @@ SIZES: dict[str, dict[str, int]] = {
         "w3_reps": 5,
         "w3_alt_reps": 5,
         "w4_workflows": 1000,
-        "w4_reps": 3,
+        "w4_reps": 5,
         "w4_iso": 100,
         "w4_iso_dbos": 20,
         "w5_runs": 10000,
-        "w5_lead": 120,
+        "w5_lead": 60,
+        "w5_reps": 5,
         "w6_workflows": 30,
         "w6_dispatched": 15,
     },
@@ -98,7 +100,8 @@ SIZES: dict[str, dict[str, int]] = {
         "w4_iso": 20,
         "w4_iso_dbos": 5,
         "w5_runs": 500,
-        "w5_lead": 20,
+        "w5_lead": 10,
+        "w5_reps": 2,
         "w6_workflows": 10,
         "w6_dispatched": 5,
     },
@@ -623,12 +626,19 @@ def run_w4(h: Harness, s: dict[str, int]) -> dict[str, Any]:
 def run_w5(h: Harness, s: dict[str, int]) -> dict[str, Any]:
     workers = h.durable_workers(2)
     try:
+        reps = [
+            h.measure("ours", "timers", "--runs", s["w5_runs"], "--lead", s["w5_lead"], BENCH_TRANSPORT="manual")
+            for _ in range(s["w5_reps"])
+        ]
+        ours: dict[str, Any] = {"runs": s["w5_runs"], "lead_s": s["w5_lead"], "reps": len(reps)}
+        for metric in ("last_late_ms", "p50_late_ms", "p99_late_ms", "first_late_ms", "woken_per_s"):
+            ours[metric] = summary([r[metric] for r in reps])
+        ours["all_suspended_before_due"] = all(r["all_suspended_before_due"] for r in reps)
+        ours["raw"] = reps
         return {
-            "ours": h.measure(
-                "ours", "timers", "--runs", s["w5_runs"], "--lead", s["w5_lead"], BENCH_TRANSPORT="manual"
-            ),
+            "ours": ours,
             "setup": "2 durable_worker processes (inline transport, default WORKER_INTERVAL 1s, SWEEP_BATCH 100); "
-            "runs started by a separate process with the manual transport",
+            "runs started by a separate process with the manual transport; each repetition a new set of sleepers",
         }
     finally:
         for w in workers:
@@ -910,25 +920,37 @@ def rows(res: dict[str, Any], sizes: dict[str, int]) -> list[dict[str, Any]]:
         )
     w5 = (res.get("w5") or {}).get("ours")
     if w5:
+        last = med(w5, "last_late_ms")
         add(
             f"5 {timers} timers",
             "last wake after due (durable_worker ×2)",
-            w5.get("last_late_ms"),
+            last,
             None,
             higher=False,
             unit=" ms",
             target="≤2,000 ms",
             peer_name="—",
+            ours_spread=spread(w5, "last_late_ms"),
         )
-        out[-1]["met"] = w5.get("last_late_ms") is not None and w5["last_late_ms"] <= 2000
+        out[-1]["met"] = last is not None and last <= 2000 and bool(w5.get("all_suspended_before_due"))
         add(
             f"5 {timers} timers",
             "p50 wake after due",
-            w5.get("p50_late_ms"),
+            med(w5, "p50_late_ms"),
             None,
             higher=False,
             unit=" ms",
             peer_name="—",
+            ours_spread=spread(w5, "p50_late_ms"),
+        )
+        add(
+            f"5 {timers} timers",
+            "woken per second",
+            med(w5, "woken_per_s"),
+            None,
+            higher=True,
+            peer_name="—",
+            ours_spread=spread(w5, "woken_per_s"),
         )
     w6 = res.get("w6")
     if w6:
