@@ -444,3 +444,33 @@ def test_when_the_shared_commit_fails_each_run_commits_alone(monkeypatch):
         assert sweeps.wake_due_runs(get_engine()) == 3
     assert set(Run.objects.filter(id__in=ids).values_list("status", flat=True)) == {RunStatus.COMPLETED}
     assert after == Counter({r: 1 for r in ids})
+
+
+def _outlast_the_lease() -> str:
+    """Wait past the lease window, then let another sweeper take over any orphaned run."""
+    time.sleep(conf.get().lease * 2)
+    taken = sweeps.recover_orphans(sweeper(1), execute=False)["recovered"]
+    return f"others took {taken}"
+
+
+@durable.workflow(name="sb_short_nap")
+def sb_short_nap(ctx: durable.WorkflowContext, slow: bool) -> str:
+    ctx.sleep(0.05)
+    return ctx.local_step("slow", _outlast_the_lease) if slow else "quick"
+
+
+@pytest.mark.django_db(transaction=True)  # the lease keeper renews on its own connection
+@override_settings(DURABLE={"TRANSPORT": "manual", "LEASE": 0.6})
+def test_turns_waiting_for_their_shared_commit_keep_their_leases():
+    ids = [durable.start(sb_short_nap, i == 2, run_id=f"keep-{i}") for i in range(3)]
+    while drive()["turns"]:
+        pass
+    time.sleep(0.1)  # the naps are due
+    engine = get_engine()
+    now = engine_clock.now()
+    claimed = store.claim_due_runs(engine.owner, now, now + timedelta(seconds=0.6), 10)
+    claimed.sort(key=lambda run: run.id)  # the slow one last: the first two wait for its turn
+    statuses = engine.run_turns([(run, store.load_checkpoints(run.id)) for run in claimed])
+    assert statuses == ["completed"] * 3
+    rows = dict(Run.objects.filter(id__in=ids).values_list("id", "output"))
+    assert rows == {"keep-0": "quick", "keep-1": "quick", "keep-2": "others took 0"}

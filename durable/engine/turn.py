@@ -43,6 +43,7 @@ from durable.exceptions import (
 
 if TYPE_CHECKING:
     from durable.engine.core import Engine
+    from durable.engine.leases import Hold
 
 logger = logging.getLogger("durable.turn")
 
@@ -231,10 +232,12 @@ def run_turn(
     if not isinstance(ready, ReadyTurn):
         return ready
     try:
-        ok = engine.store.commit(ready.run.id, engine.owner, ready.done, ready.lease_until, ready.writes, ready.outcome)
+        ok: bool | Exception = engine.store.commit(
+            ready.run.id, engine.owner, ready.done, ready.lease_until, ready.writes, ready.outcome
+        )
     except Exception as exc:  # noqa: BLE001 - the commit failed; give the run back
-        return _abandon(engine, ready.run.id, exc)
-    return finish_turn(engine, ready, ok)
+        ok = exc
+    return _settle(engine, ready, ok)
 
 
 def run_turns(
@@ -280,19 +283,28 @@ def run_turns(
             except Exception as one:  # noqa: BLE001
                 oks.append(one)
     for (i, r), ok in zip(ready, oks, strict=True):
-        results[i] = _abandon(engine, r.run.id, ok) if isinstance(ok, Exception) else finish_turn(engine, r, ok)
+        results[i] = _settle(engine, r, ok)
     return results
+
+
+def _settle(engine: Engine, ready: ReadyTurn, ok: bool | Exception) -> str:
+    """After a final commit: written (True), refused (False) or failed (the exception)."""
+    ready.hold.release()
+    if isinstance(ok, Exception):
+        return _abandon(engine, ready.run.id, ok)
+    return finish_turn(engine, ready, ok)
 
 
 @dataclass
 class ReadyTurn:
-    """A turn that ran to its end and awaits its final commit."""
+    """A turn that ran to its end and awaits its final commit (its lease still renewed: ``hold``)."""
 
     turn: Turn
     run: RunRecord
     outcome: Outcome
     done: datetime
     lease_until: datetime
+    hold: Hold
 
     @property
     def writes(self) -> TurnWrites:
@@ -310,8 +322,9 @@ def prepare_turn(
     """Take the lease (unless ``acquired``) and run the workflow up to its final commit.
 
     Returns the turn ready to commit, or the turn's result when it ended
-    without one (see :func:`run_turn`). The lease keeper stops renewing once
-    the workflow returns: the commit must follow within ``LEASE``.
+    without one (see :func:`run_turn`). A ready turn's lease is still
+    renewed (``ReadyTurn.hold``) until its commit settles it: a batch of
+    turns waiting for one shared commit keeps every lease of the batch.
     """
     store = engine.store
     owner = engine.owner
@@ -326,7 +339,8 @@ def prepare_turn(
         return "blocked" if store.block(run.id, owner, now, reason) else "lost"
 
     turn: Turn | None = None
-    hold = None
+    hold: Hold | None = None
+    ready = False
     try:
         # A run's first turn has no history to read.
         first = fresh if acquired is not None else run.turns == 1
@@ -341,6 +355,16 @@ def prepare_turn(
             turn.mark_lost,
         )
         outcome = _execute(turn, wf.fn, wf.takes_input)
+        done = clock.now()
+        outcome.cancel_seen = turn.cancel_pending
+        outcome.had_waiters = any(cp.kind in WAIT_KINDS and cp.status == "pending" for cp in turn.loaded)
+        outcome.notify = [RUN_TOKEN + run.id] + ([RUN_TOKEN + run.retry_of] if run.retry_of else [])
+        if outcome.status in ("completed", "failed") and outcome.next_run is None:
+            # (A failed fleet read below gives the run back, as any read of ours that fails.)
+            outcome.lifecycle = lifecycle.owed_record(engine, run.workflow, outcome.status)
+        made = ReadyTurn(turn, run, outcome, done, turn.lease_until(done), hold)
+        ready = True
+        return made
     except LeaseLost:
         return _lost(engine, run.id)
     except Exception as exc:  # noqa: BLE001 - our own read failed; give the run back
@@ -349,19 +373,8 @@ def prepare_turn(
     except EngineFault as fault:
         return _abandon(engine, run.id, fault.original)
     finally:
-        if hold is not None:
+        if hold is not None and not ready:
             hold.release()
-
-    done = clock.now()
-    outcome.cancel_seen = turn.cancel_pending
-    outcome.had_waiters = any(cp.kind in WAIT_KINDS and cp.status == "pending" for cp in turn.loaded)
-    outcome.notify = [RUN_TOKEN + run.id] + ([RUN_TOKEN + run.retry_of] if run.retry_of else [])
-    if outcome.status in ("completed", "failed") and outcome.next_run is None:
-        try:
-            outcome.lifecycle = lifecycle.owed_record(engine, run.workflow, outcome.status)
-        except Exception as exc:  # noqa: BLE001 - the fleet read failed; give the run back
-            return _abandon(engine, run.id, exc)
-    return ReadyTurn(turn, run, outcome, done, turn.lease_until(done))
 
 
 def finish_turn(engine: Engine, ready: ReadyTurn, ok: bool) -> str:
