@@ -12,6 +12,7 @@ worker with the right queue picks it up.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Callable, Sequence
 from datetime import timedelta
@@ -242,10 +243,15 @@ def wake_due_runs(
     """Run (or dispatch) pending runs and suspended runs whose wake time has come.
 
     Executing, the sweep claims a page of due runs at once (their leases taken
-    in one statement, see ``claim_due_runs``) and runs each claimed turn under
-    that lease, through ``runner`` (the worker's threads) or one after another
-    in this thread. With a ``runner`` it goes on with the next page while pages
-    come back full, for up to ``WORKER_INTERVAL``. A claimed run whose turn
+    in one statement, see ``claim_due_runs``), reads their histories in one
+    query, and runs each claimed turn under that lease, the final commits of
+    a slice of the page together (``Engine.run_turns``). With a ``runner``
+    (the worker's threads) the page is split in one slice per thread when
+    recent turns were slow enough for threads to help (``Engine.turn_seconds``
+    at least the interpreter's switch interval: turns waiting on I/O in user
+    code); quick turns run as one slice, in the calling thread. With a
+    ``runner`` it goes on with the next page while pages come back full, for
+    up to ``WORKER_INTERVAL``. A claimed run whose turn
     does not start because a stop was requested is handed back, still due.
     """
     if not execute:
@@ -278,7 +284,12 @@ def wake_due_runs(
             histories = engine.store.load_histories(again) if again else {}
             claimed = [(run, histories.get(run.id, {})) for run in runs]
             # One job per thread, each a slice of the page whose final commits go together.
-            size = -(-len(claimed) // max(engine.settings.worker_threads if runner else 1, 1))
+            threads = engine.settings.worker_threads if runner else 1
+            if engine.turn_seconds < sys.getswitchinterval():
+                # Turns quicker than the interpreter's switch interval gain nothing from threads:
+                # they contend for the GIL, and every database wait then ends in a wait for it.
+                threads = 1
+            size = -(-len(claimed) // threads)
             slices = [claimed[i : i + size] for i in range(0, len(claimed), size)]
             done += sum((runner or _here)([partial(_claimed_turns, engine, part, should_stop) for part in slices]))
         # A full page means more runs may be due. The worker loop (``runner``) claims the next

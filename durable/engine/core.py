@@ -59,6 +59,9 @@ class Engine:
         # claims one dispatched step on these routes in its own commit and runs it at
         # once (EAGER_STEPS); set by the Celery worker, empty elsewhere.
         self.eager_routes: frozenset[str | None] = frozenset()
+        # Mean seconds a recent turn of run_turns took before its final commit (updated per
+        # batch): tells the due-run sweep whether spreading a page over threads can help.
+        self.turn_seconds = 0.0
 
     def run_turn(
         self,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -258,6 +259,7 @@ def run_turns(
     """
     results: list[str | None] = [None] * len(claimed)
     ready: list[tuple[int, ReadyTurn]] = []
+    started = time.monotonic()
     for i, (run, history) in enumerate(claimed):
         if should_stop():
             _hand_back(engine, [r for r, _ in claimed[i:]])
@@ -267,6 +269,9 @@ def run_turns(
             ready.append((i, got))
         else:
             results[i] = got
+    if claimed:
+        took = (time.monotonic() - started) / len(claimed)
+        engine.turn_seconds = took if not engine.turn_seconds else (engine.turn_seconds + took) / 2
     if not ready:
         return results
     owner = engine.owner
