@@ -15,7 +15,8 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           (signal, step result), so a lost wake is re-driven.
 ``MAX_RECOVERY_ATTEMPTS`` 5. Orphan recoveries before the run goes ``dead``.
 ``WORKER_INTERVAL``       1s. Poll period of the worker loop when idle.
-``WORKER_THREADS``        4. Threads of the in-process (inline) transport.
+``WORKER_THREADS``        4. Threads of the in-process (inline) transport, and of
+                          the worker loop's due-run sweep when turns wait on I/O.
 ``EMBEDDED_WORKER``       True. Run the worker loop inside the web process
                           when the transport is ``inline``.
 ``DEFAULT_NAMESPACE``     ``"default"``.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -21,6 +22,9 @@ from durable.engine import clock
 from durable.runtime import get_engine
 
 logger = logging.getLogger("durable.worker")
+
+# Longest an idle loop goes without looking at its stop event.
+_STOP_CHECK = 0.1
 
 
 class WorkerLoop:
@@ -41,6 +45,14 @@ class WorkerLoop:
         self.stop = stop or threading.Event()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
+        self._nudged = threading.Event()
+        self._idle_until = float("inf")  # monotonic end of the current idle wait (inf: not idle)
+
+    def nudge(self, delay: float) -> None:
+        """Something in this process falls due in ``delay`` seconds: end an idle wait that would
+        last longer, so the loop looks again (and waits until then at most)."""
+        if time.monotonic() + delay < self._idle_until:
+            self._nudged.set()
 
     def run_once(self, *, threaded: bool = False) -> dict[str, int]:
         """One pass of every sweep.
@@ -87,22 +99,42 @@ class WorkerLoop:
         return list(self._pool.map(run, jobs))
 
     def run_forever(self) -> None:
-        while not self.stop.is_set():
-            try:
-                counts = self.run_once(threaded=True)
-            except Exception:
-                logger.exception("worker tick failed; retrying")
-                self.stop.wait(self.interval or get_engine().settings.worker_interval)
-                continue
-            if not any(counts.values()):
-                self.stop.wait(self._idle_wait())
+        transport = get_engine().transport
+        attach = getattr(transport, "attach_loop", None)
+        if attach is not None:
+            attach(self.nudge)
+        try:
+            while not self.stop.is_set():
+                try:
+                    counts = self.run_once(threaded=True)
+                except Exception:
+                    logger.exception("worker tick failed; retrying")
+                    self._sleep(self.interval or get_engine().settings.worker_interval)
+                    continue
+                if not any(counts.values()):
+                    self._sleep(self._idle_wait())
+        finally:
+            if attach is not None:
+                attach(None)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        transport = get_engine().transport
         shutdown = getattr(transport, "shutdown", None)
         if shutdown is not None:
             shutdown(wait=True)
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait ``seconds``, less if stopped or nudged."""
+        self._idle_until = time.monotonic() + seconds
+        try:
+            # ``stop`` is the caller's event (a signal handler sets it): look at it often.
+            while not self.stop.is_set():
+                left = self._idle_until - time.monotonic()
+                if left <= 0 or self._nudged.wait(min(left, _STOP_CHECK)):
+                    break
+        finally:
+            self._idle_until = float("inf")
+            self._nudged.clear()
 
     def _idle_wait(self) -> float:
         """Seconds to wait when idle: the poll interval, or less if a sleeping run wakes sooner.

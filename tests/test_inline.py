@@ -104,3 +104,35 @@ def test_lease_is_renewed_while_a_long_turn_runs():
     run = durable.get_run(run_id)
     assert stolen == 0
     assert (run.status, run.recovery_attempts) == ("completed", 0)
+
+
+def test_a_worker_loop_in_the_process_takes_short_timers_when_they_fall_due(monkeypatch):
+    from durable.runtime import get_engine
+
+    w.reset()
+    with override_settings(DURABLE={"TRANSPORT": "inline", "WORKER_THREADS": 2}):
+        transport = get_engine().transport
+        timed: list[float] = []
+        submit = transport._submit
+
+        def spy(job, delay):
+            if delay > 0:
+                timed.append(delay)
+            return submit(job, delay)
+
+        monkeypatch.setattr(transport, "_submit", spy)
+        loop = WorkerLoop(interval=5)  # idle, it would look again only after five seconds
+        thread = threading.Thread(target=loop.run_forever)
+        thread.start()
+        try:
+            wait_for(lambda: transport._loop_nudge is not None)
+            time.sleep(0.1)  # let the loop settle into its idle wait
+            run_id = durable.start("i_short_sleep")
+            # the 200 ms timer nudged the loop, whose sweep ran the wake: well before its interval
+            wait_for(lambda: status(run_id) == "completed", timeout=2.5)
+            assert timed == []  # nothing was timed in-process
+        finally:
+            loop.stop.set()
+            thread.join(10)
+        assert transport._loop_nudge is None  # detached: timers are timed in-process again
+    assert durable.get_run(run_id).output == 5

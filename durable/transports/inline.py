@@ -3,6 +3,11 @@
 The embedded default. Delayed work (a timer due in a few seconds, a retry) is
 kept on a small in-memory schedule; anything further out, and anything lost
 when the process stops, is picked up by the worker loop from the database.
+In a process that runs a worker loop itself (``durable_worker``, the
+embedded worker), a delayed turn is left to that loop instead, nudged to
+look again by its due time: the loop claims due runs by the page and
+commits their turns together, where timed turns would each take a lease,
+read a history and commit on their own.
 """
 
 from __future__ import annotations
@@ -37,8 +42,20 @@ class InlineTransport:
         self._cond = threading.Condition()
         self._timer: threading.Thread | None = None
         self._closed = False
+        self._loop_nudge: Callable[[float], None] | None = None
+
+    def attach_loop(self, nudge: Callable[[float], None] | None) -> None:
+        """Leave delayed turns to this process's worker loop; ``nudge(delay)`` wakes it in time.
+
+        ``None`` detaches it (the loop stopped): delayed turns are timed here again.
+        """
+        self._loop_nudge = nudge
 
     def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
+        nudge = self._loop_nudge
+        if delay > 0 and nudge is not None:
+            nudge(delay)  # the run's wake_at is stored: the loop's sweep takes it when due
+            return
         self._submit(lambda: self._get_engine().run_turn(run_id), delay)
 
     def run_leased(self, run: RunRecord) -> None:
