@@ -291,11 +291,14 @@ def commit_many(
         sets.append(f"{_q('wake_at')} = CASE WHEN r.{_q('cancel_requested')} THEN v.cw_now ELSE v.cw_wake END")
     ctes = [
         f"v AS (SELECT * FROM unnest({', '.join(arrays)}) AS v({', '.join(cols)}))",
+        # The runs are found by primary key only: the lease condition is written so that no
+        # index serves it, or a plan made without statistics may scan every running run.
         f"lease AS (UPDATE {RUN_TABLE} r SET {', '.join(sets)} FROM v WHERE r.{_q('id')} = v.{_q('id')} "
-        f"AND r.{_q('status')} = %s AND r.{_q('locked_by')} = %s "
+        f"AND r.{_q('id')} = ANY(%s::varchar[]) AND COALESCE(r.{_q('status')}, '') = %s "
+        f"AND COALESCE(r.{_q('locked_by')}, '') = %s "
         f"RETURNING r.{_q('id')}, r.{_q('wake_at')}, r.{_q('awaited')})",
     ]
-    params += [RunStatus.RUNNING, owner]
+    params += [ids, RunStatus.RUNNING, owner]
     creates = [(e[0], rec) for e in entries for rec in e[2]]
     if creates:
         names_sql = ", ".join(_col(f) for f in _CP_INSERT)

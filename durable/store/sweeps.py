@@ -73,7 +73,18 @@ class SweepsStore(StoreBase):
             due = f"{status} = %s AND {wake_at} <= %s"
             due_params = [RunStatus.SUSPENDED, ts(now)]
             order = wake_at
-        skip_locked = " FOR UPDATE SKIP LOCKED" if connection.vendor == "postgresql" else ""
+        postgres = connection.vendor == "postgresql"
+        skip_locked = " FOR UPDATE SKIP LOCKED" if postgres else ""
+        if postgres:
+            # The claimed rows are found by primary key, and the recheck is written so that no
+            # index can serve it: with an index path on the due columns, a plan made without
+            # statistics (a new table, a generic plan) rescans every due run for each picked one.
+            recheck = f"COALESCE({status}, '') = %s" + (
+                "" if pending else f" AND COALESCE({wake_at}, 'infinity') <= %s"
+            )
+            picked = f"WHERE {run_id} = ANY(ARRAY(SELECT {q('claim_id')} FROM {q('picked')})) AND {recheck}"
+        else:
+            picked = f"FROM {q('picked')} WHERE {table}.{run_id} = {q('picked')}.{q('claim_id')} AND {due}"
         # The page is chosen once, in a materialised CTE: as a subquery (``id IN (SELECT ...)``)
         # PostgreSQL may rescan it for every candidate row, and with SKIP LOCKED each rescan
         # would lock another page.
@@ -83,9 +94,8 @@ class SweepsStore(StoreBase):
             f"UPDATE {table} SET {status} = %s, {q('locked_by')} = %s, {q('locked_until')} = %s, "
             f"{q('updated_at')} = %s, {q('started_at')} = COALESCE({q('started_at')}, %s), "
             f"{q('turns')} = {q('turns')} + 1 "
-            f"FROM {q('picked')} WHERE {table}.{run_id} = {q('picked')}.{q('claim_id')} "
             # Re-checked on the row as locked: only a run still due is taken.
-            f"AND {due} RETURNING {columns}"
+            f"{picked} RETURNING {columns}"
         )
         params = [*due_params, limit, RunStatus.RUNNING, owner, ts(lease_until), ts(now), ts(now), *due_params]
         if _pg.usable():
