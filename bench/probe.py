@@ -24,7 +24,10 @@ def url() -> str:
 def client() -> Any:
     global _client, _pid
     if _client is None or _pid != os.getpid():
-        _client = redis.Redis.from_url(url())
+        # A burst runs many workflows at once in one process (DBOS runs each on a thread):
+        # wait for a free connection rather than fail at redis-py's default cap of 100.
+        pool = redis.BlockingConnectionPool.from_url(url(), max_connections=100, timeout=60)
+        _client = redis.Redis(connection_pool=pool)
         _pid = os.getpid()
     return _client
 

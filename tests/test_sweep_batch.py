@@ -549,3 +549,28 @@ def test_the_page_claim_updates_its_rows_by_id_whatever_the_statistics():
 
 def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
     return [node] + [m for child in node.get("Plans", []) for m in _nodes(child)]
+
+
+def test_a_failed_shared_statement_leaves_the_other_shapes_committed_and_its_own_runs_commit_alone(monkeypatch):
+    from durable.store import _pg
+
+    original = _pg.commit_many
+
+    def suspends_fail(owner, entries):
+        if entries[0][4] is not None:  # the re-suspensions' statement (a wake time to write)
+            raise RuntimeError("statement failed")
+        return original(owner, entries)
+
+    with fake_clock() as clock:
+        naps = asleep(3, prefix="mixed")
+        twice = [durable.start(sb_two_naps, run_id=f"mixed-two-{i}") for i in range(2)]
+        drive()
+        clock.set(clock.now() + timedelta(hours=1, seconds=1))
+        monkeypatch.setattr(_pg, "commit_many", suspends_fail)
+        now = engine_clock.now()
+        claimed = store.claim_due_runs(get_engine().owner, now, now + timedelta(seconds=30), 10)
+        statuses = get_engine().run_turns([(run, store.load_checkpoints(run.id)) for run in claimed])
+    assert sorted(statuses) == ["completed"] * 3 + ["suspended"] * 2  # none reported lost
+    rows = {r.id: r.status for r in Run.objects.filter(id__in=naps + twice)}
+    assert rows == {**dict.fromkeys(naps, RunStatus.COMPLETED), **dict.fromkeys(twice, RunStatus.SUSPENDED)}
+    assert after == Counter({r: 1 for r in naps + twice})

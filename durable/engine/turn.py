@@ -279,7 +279,7 @@ def run_turns(
         oks: list[bool | Exception] = list(
             engine.store.commit_many([(r.run.id, owner, r.done, r.lease_until, r.writes, r.outcome) for _, r in ready])
         )
-    except Exception as exc:  # noqa: BLE001 - the batch failed as a whole: nothing of it was written
+    except Exception as exc:  # noqa: BLE001 - the store raised before writing any of it
         logger.warning("batched commit failed (%s); committing one by one", exc)
         oks = []
         for _, r in ready:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import asdict
 from datetime import datetime
 from typing import Any
@@ -34,6 +35,8 @@ from durable.store._base import (
     _LeaseGone,
     _matches,
 )
+
+logger = logging.getLogger("durable.store")
 
 
 class TurnsStore(StoreBase):
@@ -163,7 +166,8 @@ class TurnsStore(StoreBase):
         ``_pg.commit_many``); each run's part is still conditional on its own
         lease, so one lost lease refuses that run's commit alone. Each result
         is :meth:`commit`'s, or the exception that run's own commit raised.
-        If the shared statement fails, none of it was written and it raises.
+        A shared statement that fails wrote nothing (it is one statement): its
+        runs are then committed one by one.
         """
         results: list[bool | Exception | None] = [None] * len(commits)
         batch: dict[tuple[Any, ...], list[int]] = {}
@@ -177,7 +181,13 @@ class TurnsStore(StoreBase):
             owner = commits[group[0]][1]
             if len(group) == 1 or any(commits[i][1] != owner for i in group):
                 continue  # committed alone below
-            written = _pg.commit_many(owner, [(commits[i][0], *parts[i]) for i in group])
+            try:
+                written = _pg.commit_many(owner, [(commits[i][0], *parts[i]) for i in group])
+            except Exception:  # one statement: nothing of it was written; one by one below
+                logger.warning(
+                    "shared commit of %d turns failed; committing them one by one", len(group), exc_info=True
+                )
+                continue
             for i in group:
                 run_id, _, now, _, _, outcome = commits[i]
                 got = written.get(run_id)
