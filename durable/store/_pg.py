@@ -5,6 +5,9 @@ statement here (data-modifying CTEs). Outside a transaction that is one
 round trip and one commit instead of BEGIN, several statements and COMMIT;
 inside one (``ctx.transaction``, a test) it simply joins it. SQLite and the
 rarer shapes of each write keep the ORM versions in the store modules.
+The due-run sweep's page commits several turns' outcomes in one statement
+per shape (:func:`commit_many`). With ``PREPARED_STATEMENTS`` every
+statement here is prepared once per connection.
 
 Concurrency: every statement keeps the guarantees of the ORM version it
 replaces. The commit's lease compare-and-set is the first CTE and every
