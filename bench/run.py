@@ -41,9 +41,9 @@ DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/bench"
 DEFAULT_DBOS_DB = "postgres://postgres@127.0.0.1:5432/bench_dbos"
 DEFAULT_REDIS = "redis://127.0.0.1:6379/11"
 
-# Sizes: (issue sizes where the ten-minute budget allows; see the README).
+# Sizes (see the README for what each workload measures).
 SIZES: dict[str, dict[str, int]] = {
-    # What fits in about ten minutes on a 2-core machine (the README says what it measures).
+    # Smaller sizes: about three minutes on a 2-core machine.
     "standard": {
         "w1_workflows": 50,
         "w1_reps": 5,  # signal vs start_workflow: 5 x 50 per system
@@ -64,7 +64,7 @@ SIZES: dict[str, dict[str, int]] = {
         "w6_workflows": 30,
         "w6_dispatched": 10,
     },
-    # The issue's sizes: 1,000 workflows per repetition, 10,000 timers (much longer than ten minutes here).
+    # The issue's sizes: 1,000 workflows per repetition, 10,000 timers (about twelve minutes here).
     "issue": {
         "w1_workflows": 1000,
         "w1_reps": 5,
