@@ -275,18 +275,9 @@ def run_turns(
     if not ready:
         return results
     owner = engine.owner
-    try:
-        oks: list[bool | Exception] = list(
-            engine.store.commit_many([(r.run.id, owner, r.done, r.lease_until, r.writes, r.outcome) for _, r in ready])
-        )
-    except Exception as exc:  # noqa: BLE001 - the store raised before writing any of it
-        logger.warning("batched commit failed (%s); committing one by one", exc)
-        oks = []
-        for _, r in ready:
-            try:
-                oks.append(engine.store.commit(r.run.id, owner, r.done, r.lease_until, r.writes, r.outcome))
-            except Exception as one:  # noqa: BLE001
-                oks.append(one)
+    # Each run's result, or the exception its own commit raised (the store falls back to
+    # committing one by one when a shared statement fails).
+    oks = engine.store.commit_many([(r.run.id, owner, r.done, r.lease_until, r.writes, r.outcome) for _, r in ready])
     for (i, r), ok in zip(ready, oks, strict=True):
         results[i] = _settle(engine, r, ok)
     return results

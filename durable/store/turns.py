@@ -165,9 +165,9 @@ class TurnsStore(StoreBase):
         On PostgreSQL the common shapes go in one statement per shape (see
         ``_pg.commit_many``); each run's part is still conditional on its own
         lease, so one lost lease refuses that run's commit alone. Each result
-        is :meth:`commit`'s, or the exception that run's own commit raised.
-        A shared statement that fails wrote nothing (it is one statement): its
-        runs are then committed one by one.
+        is :meth:`commit`'s, or the exception that run's own commit raised;
+        it does not raise itself. A shared statement that fails wrote nothing
+        (it is one statement): its runs are then committed one by one.
         """
         results: list[bool | Exception | None] = [None] * len(commits)
         batch: dict[tuple[Any, ...], list[int]] = {}
@@ -198,7 +198,7 @@ class TurnsStore(StoreBase):
                     except Exception as exc:  # noqa: BLE001 - written; only the wake of waiters failed
                         results[i] = exc
         for i, (run_id, owner, now, lease_until, writes, outcome) in enumerate(commits):
-            if results[i] is None:
+            if results[i] is None:  # alone: another shape, a group of one, or a failed shared statement
                 try:
                     results[i] = self.commit(run_id, owner, now, lease_until, writes, outcome)
                 except Exception as exc:  # noqa: BLE001 - reported for this run alone
