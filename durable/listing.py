@@ -86,8 +86,8 @@ def list_runs(
     """
     statuses = [status] if isinstance(status, str) else list(status or [])
     for s in statuses:
-        if s not in RunStatus.values:
-            raise InvalidInput(f"unknown status {s!r}; use one of {RunStatus.values}")
+        if s not in list(RunStatus):
+            raise InvalidInput(f"unknown status {s!r}; use one of {[str(v) for v in RunStatus]}")
     for text, what in ((workflow, "workflow"), (namespace, "namespace"), (tag, "tag")):
         if text is not None and (not isinstance(text, str) or not text):
             raise InvalidInput(f"{what} must be a non-empty string")

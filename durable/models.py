@@ -12,45 +12,50 @@ from django.utils.translation import gettext_lazy as _
 
 from durable.engine.clock import now as clock_now
 
+# Re-exported: the dashboard and older imports read the statuses from here.
+from durable.engine.vocab import ACTIVE as ACTIVE
+from durable.engine.vocab import TERMINAL as TERMINAL
+from durable.engine.vocab import CheckpointKind as CheckpointKind
+from durable.engine.vocab import CheckpointStatus as CheckpointStatus
+from durable.engine.vocab import RunStatus as RunStatus
 
-class RunStatus(models.TextChoices):
-    PENDING = "pending", _("Pending")
-    RUNNING = "running", _("Running")
-    SUSPENDED = "suspended", _("Suspended")
-    BLOCKED = "blocked", _("Blocked")
-    COMPLETED = "completed", _("Completed")
-    FAILED = "failed", _("Failed")
-    CANCELLED = "cancelled", _("Cancelled")
-    DEAD = "dead", _("Dead")
-
-
-TERMINAL = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
-ACTIVE = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.BLOCKED)
-
-
-class CheckpointStatus(models.TextChoices):
-    PENDING = "pending", _("Pending")
-    RUNNING = "running", _("Running")
-    COMPLETED = "completed", _("Completed")
-    FAILED = "failed", _("Failed")
-
-
-class CheckpointKind(models.TextChoices):
-    STEP = "step", _("Dispatched step")
-    LOCAL = "local", _("Local step")
-    SLEEP = "sleep", _("Sleep")
-    SIGNAL = "signal", _("Signal")
-    NOW = "now", _("Time")
-    UUID = "uuid", _("UUID")
-    SIDE_EFFECT = "side_effect", _("Side effect")
-    CHILD = "child", _("Child workflow")
-    START_CHILD = "start_child", _("Started child")
-    WAIT_RUN = "wait_run", _("Wait for run")
-    EVENT = "event", _("Named event")
-    UPDATE = "update", _("Update")
-    ATTRIBUTES = "attributes", _("Search attributes")
-    TRANSACTION = "transaction", _("Database transaction")
-    COMPENSATION = "compensation", _("Compensation")
+# Labels for the admin and the API; the values are the engine's (durable.engine.vocab).
+RUN_STATUS_LABELS = {
+    RunStatus.PENDING: _("Pending"),
+    RunStatus.RUNNING: _("Running"),
+    RunStatus.SUSPENDED: _("Suspended"),
+    RunStatus.BLOCKED: _("Blocked"),
+    RunStatus.COMPLETED: _("Completed"),
+    RunStatus.FAILED: _("Failed"),
+    RunStatus.CANCELLED: _("Cancelled"),
+    RunStatus.DEAD: _("Dead"),
+}
+CHECKPOINT_STATUS_LABELS = {
+    CheckpointStatus.PENDING: _("Pending"),
+    CheckpointStatus.RUNNING: _("Running"),
+    CheckpointStatus.COMPLETED: _("Completed"),
+    CheckpointStatus.FAILED: _("Failed"),
+}
+CHECKPOINT_KIND_LABELS = {
+    CheckpointKind.STEP: _("Dispatched step"),
+    CheckpointKind.LOCAL: _("Local step"),
+    CheckpointKind.SLEEP: _("Sleep"),
+    CheckpointKind.SIGNAL: _("Signal"),
+    CheckpointKind.NOW: _("Time"),
+    CheckpointKind.UUID: _("UUID"),
+    CheckpointKind.SIDE_EFFECT: _("Side effect"),
+    CheckpointKind.CHILD: _("Child workflow"),
+    CheckpointKind.START_CHILD: _("Started child"),
+    CheckpointKind.WAIT_RUN: _("Wait for run"),
+    CheckpointKind.EVENT: _("Named event"),
+    CheckpointKind.UPDATE: _("Update"),
+    CheckpointKind.ATTRIBUTES: _("Search attributes"),
+    CheckpointKind.TRANSACTION: _("Database transaction"),
+    CheckpointKind.COMPENSATION: _("Compensation"),
+}
+RUN_STATUS_CHOICES = [(status.value, label) for status, label in RUN_STATUS_LABELS.items()]
+CHECKPOINT_STATUS_CHOICES = [(status.value, label) for status, label in CHECKPOINT_STATUS_LABELS.items()]
+CHECKPOINT_KIND_CHOICES = [(kind.value, label) for kind, label in CHECKPOINT_KIND_LABELS.items()]
 
 
 class Run(models.Model):
@@ -66,7 +71,7 @@ class Run(models.Model):
     id = models.CharField(primary_key=True, max_length=255)
     workflow = models.CharField(max_length=200)
     version = models.PositiveIntegerField(default=1)
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.PENDING)
+    status = models.CharField(max_length=16, choices=RUN_STATUS_CHOICES, default=RunStatus.PENDING)
     namespace = models.CharField(max_length=100, default="default")
     input = models.JSONField(null=True, blank=True)
     output = models.JSONField(null=True, blank=True)
@@ -152,8 +157,8 @@ class Checkpoint(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="checkpoints", db_index=False)
     seq = models.PositiveIntegerField()
     name = models.CharField(max_length=200)
-    kind = models.CharField(max_length=16, choices=CheckpointKind.choices)
-    status = models.CharField(max_length=16, choices=CheckpointStatus.choices)
+    kind = models.CharField(max_length=16, choices=CHECKPOINT_KIND_CHOICES)
+    status = models.CharField(max_length=16, choices=CHECKPOINT_STATUS_CHOICES)
     input = models.JSONField(null=True, blank=True)
     output = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)

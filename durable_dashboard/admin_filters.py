@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
 from durable.engine.registry import registry
-from durable.models import Run, RunStatus
+from durable.models import RUN_STATUS_CHOICES, Run
 from durable_dashboard.filters import storable, to_utc, with_tag
 
 
@@ -27,7 +27,7 @@ class StatusFilter(admin.SimpleListFilter):
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return list(RunStatus.choices)
+        return list(RUN_STATUS_CHOICES)
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
         return queryset.filter(status=self.value()) if self.value() else queryset

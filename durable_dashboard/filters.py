@@ -18,7 +18,7 @@ from django.db import connection
 from django.db.models import QuerySet
 from django_filters.fields import IsoDateTimeField
 
-from durable.models import Run, RunStatus
+from durable.models import RUN_STATUS_CHOICES, Run
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -99,7 +99,7 @@ class RunFilter(django_filters.FilterSet):
     status = StatusInFilter(
         field_name="status",
         lookup_expr="in",
-        choices=RunStatus.choices,
+        choices=RUN_STATUS_CHOICES,
         help_text="One or more statuses, comma separated.",
     )
     workflow = django_filters.CharFilter(max_length=200)

@@ -14,7 +14,7 @@ from django.core.cache import cache
 from django.db.models import Count, QuerySet
 from django.db.models.functions import TruncDay, TruncHour
 
-from durable.models import ACTIVE, Run, RunStatus
+from durable.models import ACTIVE, RUN_STATUS_CHOICES, Run, RunStatus
 from durable_dashboard import conf
 
 WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
@@ -89,7 +89,7 @@ def compute(qs: QuerySet[Run], window: str, now: datetime) -> dict[str, Any]:
         "buckets": buckets,
         "series": {name: [values.get(b, 0) for b in buckets] for name, values in series.items()},
         "totals": {name: sum(values.values()) for name, values in series.items()},
-        "by_status": [(value, label, by_status.get(value, 0)) for value, label in RunStatus.choices],
+        "by_status": [(value, label, by_status.get(value, 0)) for value, label in RUN_STATUS_CHOICES],
         "by_workflow": sorted(by_workflow.items(), key=lambda item: -item[1]["total"])[:50],
     }
 

@@ -1,0 +1,101 @@
+"""The engine's vocabulary: statuses, kinds and results, as string enums.
+
+Every layer (engine, store, dashboard) names statuses and kinds through these
+enums, never through bare string literals. Their values are the strings
+stored in the database, so a member compares equal to the stored text and
+serialises to JSON as it.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    """Where a run stands. ``failed`` and ``dead`` can be requeued; ``completed`` and ``cancelled`` are final."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUSPENDED = "suspended"
+    BLOCKED = "blocked"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    DEAD = "dead"
+
+
+TERMINAL: tuple[RunStatus, ...] = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
+ACTIVE: tuple[RunStatus, ...] = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.BLOCKED)
+
+
+class CheckpointStatus(StrEnum):
+    """Where one durable operation stands; ``completed`` and ``failed`` are settled, and a settled one always wins."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+SETTLED: tuple[CheckpointStatus, ...] = (CheckpointStatus.COMPLETED, CheckpointStatus.FAILED)
+UNSETTLED: tuple[CheckpointStatus, ...] = (CheckpointStatus.PENDING, CheckpointStatus.RUNNING)
+
+
+class CheckpointKind(StrEnum):
+    """What a checkpoint records: the ``ctx`` operation that took its position."""
+
+    STEP = "step"
+    LOCAL = "local"
+    SLEEP = "sleep"
+    SIGNAL = "signal"
+    NOW = "now"
+    UUID = "uuid"
+    SIDE_EFFECT = "side_effect"
+    CHILD = "child"
+    START_CHILD = "start_child"
+    WAIT_RUN = "wait_run"
+    EVENT = "event"
+    UPDATE = "update"
+    ATTRIBUTES = "attributes"
+    TRANSACTION = "transaction"
+    COMPENSATION = "compensation"
+
+
+# Kinds whose pending state means the run has (or had) a waiter row.
+WAIT_KINDS: tuple[CheckpointKind, ...] = (
+    CheckpointKind.SIGNAL,
+    CheckpointKind.UPDATE,
+    CheckpointKind.EVENT,
+    CheckpointKind.CHILD,
+    CheckpointKind.WAIT_RUN,
+)
+# Failed kinds that a requeue resets so they run again.
+RESETTABLE: tuple[CheckpointKind, ...] = (
+    CheckpointKind.STEP,
+    CheckpointKind.LOCAL,
+    CheckpointKind.CHILD,
+    CheckpointKind.TRANSACTION,
+)
+
+
+class TurnResult(StrEnum):
+    """How a turn ended, as :meth:`Engine.run_turn` reports it.
+
+    The first four are the status the turn committed; ``LOST``: the lease was
+    lost (cancel, takeover) and nothing was written; ``FAULT``: an
+    infrastructure error abandoned the turn and the run was given back.
+    """
+
+    SUSPENDED = "suspended"
+    BLOCKED = "blocked"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    LOST = "lost"
+    FAULT = "fault"
+
+
+# Token prefixes of waiters that are not user signals (user signal names cannot use them).
+RUN_TOKEN = "__run__:"
+EVENT_TOKEN = "__event__:"
+UPDATE_TOKEN = "__update__:"
