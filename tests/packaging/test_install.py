@@ -1,0 +1,161 @@
+"""The real install path: build the wheel, install it into a fresh virtualenv, use it in a new project.
+
+Nothing from the checkout is on ``sys.path`` in the new project: it runs in a
+temporary directory with the fresh virtualenv's interpreter, so only what the
+wheel installed can be imported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+SETTINGS_TAIL = """
+INSTALLED_APPS += [
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "durable",
+    "durable_dashboard",
+    "shop",
+]
+REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+DURABLE = {"TRANSPORT": "manual"}
+"""
+
+URLS = """
+from django.contrib import admin
+from django.urls import include, path
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/durable/", include("durable_dashboard.urls")),
+]
+"""
+
+WORKFLOWS = """
+import durable
+
+
+@durable.step
+def add(a, b):
+    return a + b
+
+
+@durable.workflow
+def flow(ctx, data):
+    total = ctx.step(add, data["a"], data["b"])
+    ctx.sleep("1h")
+    got = ctx.wait_signal("go")
+    return {"total": total, "got": got}
+"""
+
+SCENARIO = """
+import json, os, sys
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "mysite.settings")
+import django
+django.setup()
+from django.test.utils import setup_test_environment
+setup_test_environment()
+from django.contrib.auth.models import User
+from django.test import Client
+import durable
+from durable.testing import fake_clock, run_until_settled
+from shop.workflows import flow
+
+assert not any(p.startswith(sys.argv[1]) for p in sys.path if p), sys.path
+report = {"durable_file": durable.__file__}
+with fake_clock() as clock:
+    run_id = durable.start(flow, {"a": 1, "b": 2}, run_id="pkg-1")
+    report["after_start"] = run_until_settled(run_id).status
+    clock.advance("1h")
+    report["after_sleep"] = run_until_settled(run_id).status
+    durable.signal(run_id, "go", "yes")
+    run = run_until_settled(run_id)
+    report["final"] = run.status
+    report["output"] = run.output
+user = User.objects.create_superuser("admin", "admin@example.com", "admin")
+client = Client()
+client.force_login(user)
+page = client.get("/admin/durable/run/")
+report["admin_status"] = page.status_code
+report["admin_lists_run"] = "pkg-1" in page.content.decode()
+api = client.get("/api/durable/runs/")
+report["api_status"] = api.status_code
+report["api_ids"] = [r["id"] for r in api.json()["results"]]
+print("REPORT " + json.dumps(report))
+"""
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{cmd} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("dist")
+    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)], cwd=ROOT)
+    (found,) = out.glob("django_durable-*.whl")
+    return found
+
+
+def test_the_wheel_holds_exactly_the_two_apps_with_their_files(wheel: Path) -> None:
+    names = zipfile.ZipFile(wheel).namelist()
+    tops = {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")}
+    assert tops == {"durable", "durable_dashboard"}
+    assert "durable/py.typed" in names and "durable_dashboard/py.typed" in names
+    assert any(n.startswith("durable/migrations/0001_") for n in names)
+    assert any(n.startswith("durable_dashboard/templates/durable_dashboard/admin/") for n in names)
+    assert any(n.startswith("durable_dashboard/static/durable_dashboard/") for n in names)
+    meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
+    text = zipfile.ZipFile(wheel).read(meta).decode()
+    requires = [line for line in text.splitlines() if line.startswith("Requires-Dist:")]
+    # Ranges, not pins; the test and lint tools are no dependency at all.
+    assert not any("==" in line.split(";")[0] for line in requires), requires
+    assert not any(tool in line for line in requires for tool in ("pytest", "ruff", "mypy", "playwright"))
+
+
+def test_a_new_project_runs_a_workflow_from_the_installed_wheel(wheel: Path, tmp_path: Path) -> None:
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)
+    python = str(venv / "bin" / "python")
+    pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
+    # The example project's pins as constraints (pip takes no extras there), so the versions are known ones.
+    pins = [line.split("#")[0].strip() for line in (ROOT / "requirements.txt").read_text().splitlines()]
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("\n".join(re.sub(r"\[.*?\]", "", pin) for pin in pins if pin))
+    _run([*pip, f"{wheel}[dashboard]", "-c", str(constraints)], cwd=tmp_path)
+    installed = {p["name"].lower() for p in json.loads(_run([python, "-m", "pip", "list", "--format=json"], tmp_path))}
+    assert {"django", "django-durable", "djangorestframework"} <= installed
+    assert not installed & {"pytest", "pytest-django", "ruff", "mypy", "playwright", "schemathesis"}
+
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE", "DATABASE_URL")}
+    _run([str(venv / "bin" / "django-admin"), "startproject", "mysite", "."], cwd=tmp_path, env=env)
+    _run([python, "manage.py", "startapp", "shop"], cwd=tmp_path, env=env)
+    with open(tmp_path / "mysite" / "settings.py", "a") as f:
+        f.write(SETTINGS_TAIL)
+    (tmp_path / "mysite" / "urls.py").write_text(URLS)
+    (tmp_path / "shop" / "workflows.py").write_text(textwrap.dedent(WORKFLOWS))
+    _run([python, "manage.py", "migrate", "--verbosity", "0"], cwd=tmp_path, env=env)
+    (tmp_path / "scenario.py").write_text(SCENARIO)
+    out = _run([python, "scenario.py", str(ROOT)], cwd=tmp_path, env=env)
+    report = json.loads(out.split("REPORT ", 1)[1])
+
+    assert report["durable_file"].startswith(str(venv))
+    assert (report["after_start"], report["after_sleep"], report["final"]) == ("suspended", "suspended", "completed")
+    assert report["output"] == {"total": 3, "got": "yes"}
+    assert report["admin_status"] == 200 and report["admin_lists_run"]
+    assert report["api_status"] == 200 and report["api_ids"] == ["pkg-1"]
