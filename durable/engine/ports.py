@@ -107,8 +107,6 @@ class Outcome:
     next_run: dict[str, Any] | None = None
     # Waiter tokens to wake once a terminal outcome commits (this run, the run it retries).
     notify: list[str] = field(default_factory=list)
-    # Filled in by the store: runs woken by this commit, to dispatch.
-    woken: list[str] = field(default_factory=list)
     # The run had a pending wait when the turn began (so waiter rows may exist).
     had_waiters: bool = True
     # The turn already ran in cancel-with-undo mode (no need to wake it again at once).
@@ -117,6 +115,25 @@ class Outcome:
     step_seqs: list[int] = field(default_factory=list)
     # Terminal outcomes: the subscribers the lifecycle event is owed to ({"owed": [...]}).
     lifecycle: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a turn's commit did, as the store reports it (the engine's inputs stay untouched).
+
+    ``written``: the lease compare-and-set matched and everything was written
+    (False: nothing was). ``woken``: runs the commit woke (waiters on this run,
+    cancelled children's parents), to dispatch after commit. ``wake_at``: a
+    suspended run's wake as written, which may be sooner than the one the
+    turn asked for (a cancel-with-undo, or a step result, arrived meanwhile).
+    """
+
+    written: bool
+    woken: tuple[str, ...] = ()
+    wake_at: datetime | None = None
+
+
+REFUSED = CommitResult(written=False)
 
 
 @dataclass
@@ -172,10 +189,10 @@ class Store(Protocol):
         lease_until: datetime,
         writes: TurnWrites,
         outcome: Outcome | None = None,
-    ) -> bool: ...
+    ) -> CommitResult: ...
     def commit_many(
         self, commits: list[tuple[str, str, datetime, datetime, TurnWrites, Outcome]]
-    ) -> list[bool | Exception]: ...
+    ) -> list[CommitResult | Exception]: ...
     def renew_lease(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> bool: ...
     def lease_held(self, run_id: str, owner: str) -> bool: ...
     def release(

@@ -23,7 +23,15 @@ from typing import TYPE_CHECKING, Any
 from durable.engine import clock, lifecycle
 from durable.engine.context import WorkflowContext
 from durable.engine.context_base import RUN_TOKEN, WAIT_KINDS
-from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, RunRecord, TurnWrites, Waiter
+from durable.engine.ports import (
+    CheckpointRecord,
+    CheckpointWrite,
+    CommitResult,
+    Outcome,
+    RunRecord,
+    TurnWrites,
+    Waiter,
+)
 from durable.engine.registry import registry
 from durable.engine.runs import clean_input, run_fields
 from durable.engine.sagas import Compensation, run_compensations
@@ -118,10 +126,10 @@ class Turn:
             return
         self.check_lease()
         now = clock.now()
-        ok = self._guard(
+        done: CommitResult = self._guard(
             lambda: self.engine.store.commit(self.run.id, self.engine.owner, now, self.lease_until(now), self.writes)
         )
-        if not ok:
+        if not done.written:
             self.mark_lost()
             raise LeaseLost()
         self.writes = TurnWrites()
@@ -233,7 +241,7 @@ def run_turn(
     if not isinstance(ready, ReadyTurn):
         return ready
     try:
-        ok: bool | Exception = engine.store.commit(
+        ok: CommitResult | Exception = engine.store.commit(
             ready.run.id, engine.owner, ready.done, ready.lease_until, ready.writes, ready.outcome
         )
     except Exception as exc:  # noqa: BLE001 - the commit failed; give the run back
@@ -283,8 +291,8 @@ def run_turns(
     return results
 
 
-def _settle(engine: Engine, ready: ReadyTurn, ok: bool | Exception) -> str:
-    """After a final commit: written (True), refused (False) or failed (the exception)."""
+def _settle(engine: Engine, ready: ReadyTurn, ok: CommitResult | Exception) -> str:
+    """After a final commit: written, refused (not ``written``) or failed (the exception)."""
     ready.hold.release()
     if isinstance(ok, Exception):
         return _abandon(engine, ready.run.id, ok)
@@ -373,19 +381,19 @@ def prepare_turn(
             hold.release()
 
 
-def finish_turn(engine: Engine, ready: ReadyTurn, ok: bool) -> str:
-    """What follows a turn's final commit (``ok``: it was written): wake, dispatch, emit."""
+def finish_turn(engine: Engine, ready: ReadyTurn, result: CommitResult) -> str:
+    """What follows a turn's final commit (as the store reports it): wake, dispatch, emit."""
     turn, run, outcome, done = ready.turn, ready.run, ready.outcome, ready.done
-    if not ok:
+    if not result.written:
         return _lost(engine, run.id)
     turn.run_after_commit()
-    for woken in outcome.woken:
+    for woken in result.woken:
         try:
             engine.transport.dispatch_turn(woken)
         except Exception:
             logger.warning("could not dispatch woken run %s", woken, exc_info=True)
-    if outcome.status == "suspended" and outcome.wake_at is not None:
-        delay = (outcome.wake_at - done).total_seconds()
+    if outcome.status == "suspended" and result.wake_at is not None:
+        delay = (result.wake_at - done).total_seconds()
         try:
             engine.transport.dispatch_turn(run.id, delay=max(delay, 0.0))
         except Exception:

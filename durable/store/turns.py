@@ -12,7 +12,9 @@ from django.db.models import Case, DateTimeField, Value, When
 
 from durable.engine.context_base import EVENT_TOKEN, RUN_TOKEN, WAIT_KINDS
 from durable.engine.ports import (
+    REFUSED,
     CheckpointRecord,
+    CommitResult,
     Outcome,
     TurnWrites,
     Waiter,
@@ -64,7 +66,7 @@ class TurnsStore(StoreBase):
         lease_until: datetime,
         writes: TurnWrites,
         outcome: Outcome | None = None,
-    ) -> bool:
+    ) -> CommitResult:
         """Write a turn's checkpoints (and, with ``outcome``, settle the run) atomically.
 
         The compare-and-set on the lease decides everything: when it matches
@@ -78,7 +80,7 @@ class TurnsStore(StoreBase):
         row for signals, the awaited run's row for runs, an advisory lock per
         name for events), so a concurrent signal, result or event is never
         lost between the turn's read and its registration. Runs waiting on
-        this one are woken after commit (``outcome.woken``).
+        this one are woken after commit (``CommitResult.woken``).
         """
         if _pg.usable() and self._simple(writes, outcome):
             return self._commit_simple(run_id, owner, now, lease_until, writes, outcome)
@@ -116,17 +118,17 @@ class TurnsStore(StoreBase):
                 if not Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(**fields):
                     raise _LeaseGone()
                 cancelled = self._apply(run_id, writes, now)
-                if outcome is not None:
-                    self._settle_waiters(run_id, writes, outcome, now)
+                poked = outcome is not None and self._settle_waiters(run_id, writes, outcome, now)
         except _LeaseGone:
-            return False
-        if outcome is not None:
-            tokens = [RUN_TOKEN + rid for rid in cancelled]
-            if outcome.status in TERMINAL:
-                tokens += outcome.notify
-            if tokens:
-                outcome.woken = self._wake_waiters(tokens, now)
-        return True
+            return REFUSED
+        if outcome is None:
+            return CommitResult(written=True)
+        tokens = [RUN_TOKEN + rid for rid in cancelled]
+        if outcome.status in TERMINAL:
+            tokens += outcome.notify
+        woken = tuple(self._wake_waiters(tokens, now)) if tokens else ()
+        wake_at = (now if poked else outcome.wake_at) if outcome.status == RunStatus.SUSPENDED else None
+        return CommitResult(written=True, woken=woken, wake_at=wake_at)
 
     @staticmethod
     def _simple(writes: TurnWrites, outcome: Outcome | None) -> bool:
@@ -149,17 +151,19 @@ class TurnsStore(StoreBase):
         lease_until: datetime,
         writes: TurnWrites,
         outcome: Outcome | None,
-    ) -> bool:
+    ) -> CommitResult:
         """:meth:`commit` in one statement (PostgreSQL); same guarantees, see :mod:`durable.store._pg`."""
         fields, creates, updates, cancel_wake = self._simple_parts(now, writes, outcome)
         written, wake_at, awaited = _pg.commit(run_id, owner, fields, creates, updates, cancel_wake)
-        if written and outcome is not None:
-            self._after_simple(run_id, now, outcome, wake_at, awaited)
-        return written
+        if not written:
+            return REFUSED
+        if outcome is None:
+            return CommitResult(written=True)
+        return self._after_simple(run_id, now, outcome, wake_at, awaited)
 
     def commit_many(
         self, commits: list[tuple[str, str, datetime, datetime, TurnWrites, Outcome]]
-    ) -> list[bool | Exception]:
+    ) -> list[CommitResult | Exception]:
         """Final commits of several turns, each as :meth:`commit` would make it, written together.
 
         On PostgreSQL the common shapes go in one statement per shape (see
@@ -169,7 +173,7 @@ class TurnsStore(StoreBase):
         it does not raise itself. A shared statement that fails wrote nothing
         (it is one statement): its runs are then committed one by one.
         """
-        results: list[bool | Exception | None] = [None] * len(commits)
+        results: list[CommitResult | Exception | None] = [None] * len(commits)
         batch: dict[tuple[Any, ...], list[int]] = {}
         parts: dict[int, tuple[dict[str, Any], list[CheckpointRecord], list[Any], Any]] = {}
         for i, (_, _, now, _, writes, outcome) in enumerate(commits):
@@ -191,10 +195,10 @@ class TurnsStore(StoreBase):
             for i in group:
                 run_id, _, now, _, _, outcome = commits[i]
                 got = written.get(run_id)
-                results[i] = got is not None
+                results[i] = REFUSED
                 if got is not None:
                     try:
-                        self._after_simple(run_id, now, outcome, *got)
+                        results[i] = self._after_simple(run_id, now, outcome, *got)
                     except Exception as exc:  # noqa: BLE001 - written; only the wake of waiters failed
                         results[i] = exc
         for i, (run_id, owner, now, lease_until, writes, outcome) in enumerate(commits):
@@ -232,18 +236,20 @@ class TurnsStore(StoreBase):
 
     def _after_simple(
         self, run_id: str, now: datetime, outcome: Outcome, wake_at: datetime | None, awaited: bool
-    ) -> None:
+    ) -> CommitResult:
         """After a one-statement final commit: a suspended run's wake, a finished run's waiters."""
         if outcome.status == RunStatus.SUSPENDED:
-            outcome.wake_at = wake_at
             if outcome.step_seqs and _pg.poke_if_settled(run_id, outcome.step_seqs, now):
-                outcome.wake_at = now
-        elif awaited or len(outcome.notify) > 1:
+                wake_at = now
+            return CommitResult(written=True, wake_at=wake_at)
+        if awaited or len(outcome.notify) > 1:
             # Nobody can wait for a run that was never awaited (the flag is set under this
             # row's lock by any waiter's commit); a retry's waiters wait on the original run.
-            outcome.woken = self._wake_waiters(outcome.notify, now)
+            return CommitResult(written=True, woken=tuple(self._wake_waiters(outcome.notify, now)))
+        return CommitResult(written=True)
 
-    def _settle_waiters(self, run_id: str, writes: TurnWrites, outcome: Outcome, now: datetime) -> None:
+    def _settle_waiters(self, run_id: str, writes: TurnWrites, outcome: Outcome, now: datetime) -> bool:
+        """Replace the run's waiters; True when the suspended run was woken at once (``now``)."""
         waiters = outcome.waiters
         waited = writes.consumed_signals or any(w.record.kind in WAIT_KINDS for w in writes.checkpoints)
         if waiters or waited or outcome.had_waiters:
@@ -253,7 +259,7 @@ class TurnsStore(StoreBase):
                 [SignalWaiter(run_id=run_id, name=w.token, seq=w.seq, match=w.match, created_at=now) for w in waiters]
             )
         if outcome.status != RunStatus.SUSPENDED:
-            return
+            return False
         # A step result or event that settled a checkpoint while the turn ran (we hold the run
         # row, which finish_step takes first) would otherwise wait for the reconcile.
         watched = [w.seq for w in waiters] + outcome.step_seqs
@@ -268,7 +274,8 @@ class TurnsStore(StoreBase):
         there = bool(waiters) and self._already_there(run_id, waiters)
         if settled or there:
             Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now)
-            outcome.wake_at = now
+            return True
+        return False
 
     def _already_there(self, run_id: str, waiters: list[Waiter]) -> bool:
         """Did what these waiters wait for happen before they were registered?
