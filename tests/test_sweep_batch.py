@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -32,6 +31,7 @@ from durable.testing import drive, fake_clock
 from durable.transports.manual import ManualTransport
 from durable.worker import WorkerLoop
 from tests.threads import SETTLE, concurrently
+from tests.timing import ManualKeeper, install_turn_timer, spend
 
 pytestmark = pytest.mark.django_db
 
@@ -193,13 +193,14 @@ def test_a_store_without_set_wise_claims_takes_each_lease_on_its_own():
 
 def test_idle_wait_ends_when_the_next_sleeper_wakes():
     loop = WorkerLoop(interval=5)
-    assert loop._idle_wait() == 5
-    ids = asleep(2)  # due in an hour: the poll interval is sooner
-    assert loop._idle_wait() == 5
-    Run.objects.filter(id=ids[0]).update(wake_at=engine_clock.now() + timedelta(seconds=0.5))
-    assert 0.2 < loop._idle_wait() <= 0.5
-    Run.objects.filter(id=ids[1]).update(wake_at=engine_clock.now() - timedelta(seconds=3))
-    assert loop._idle_wait() == 0
+    with fake_clock():  # time stands still between the wake written and the wait computed
+        assert loop._idle_wait() == 5
+        ids = asleep(2)  # due in an hour: the poll interval is sooner
+        assert loop._idle_wait() == 5
+        Run.objects.filter(id=ids[0]).update(wake_at=engine_clock.now() + timedelta(seconds=0.5))
+        assert loop._idle_wait() == pytest.approx(0.5)
+        Run.objects.filter(id=ids[1]).update(wake_at=engine_clock.now() - timedelta(seconds=3))
+        assert loop._idle_wait() == 0
 
 
 # -- races (real connections, PostgreSQL) -------------------------------------------
@@ -248,9 +249,10 @@ def test_claim_skips_a_run_locked_elsewhere_instead_of_waiting():
         holder.start()
         try:
             assert locked.wait(SETTLE)
-            started = time.monotonic()
             page = claim("me", 10)
-            assert time.monotonic() - started < 5  # did not wait for the lock
+            # Did not wait for the lock: it came back while the other session still holds it
+            # (that session lets go only once released, below).
+            assert holder.is_alive()
             assert sorted(r.id for r in page) == sorted(ids[1:])
             assert Run.objects.get(id=ids[0]).status == RunStatus.SUSPENDED
         finally:
@@ -298,8 +300,27 @@ def test_racing_sweeps_and_direct_turns_run_each_due_turn_once():
         assert (row.status, row.turns, row.locked_by) == (RunStatus.COMPLETED, 2, None)
 
 
+QUICK_TURN, SLOW_TURN = 0.001, 0.02  # (fake) seconds a turn of sb_quick_nap / sb_slow_nap takes
+# The slow page's slices meet here (their first turns, then their second): three threads at once.
+_spread = threading.Barrier(3)
+
+
+def _quick_woke(run_id: str) -> str:
+    spend(QUICK_TURN)
+    return _woke(run_id)
+
+
+@durable.workflow(name="sb_quick_nap")
+def sb_quick_nap(ctx: durable.WorkflowContext) -> str:
+    ctx.sleep("1h")
+    return ctx.local_step("after", _quick_woke, ctx.run_id)
+
+
 def _slow_woke(run_id: str) -> str:
-    time.sleep(0.02)  # a turn waiting on I/O (an HTTP call, say)
+    spend(SLOW_TURN)  # a turn waiting on I/O (an HTTP call, say)
+    if threading.current_thread().name.startswith("durable-sweep"):
+        # Each slice runs on a thread of its own: they all stand here at once.
+        _spread.wait(SETTLE)
     return _woke(run_id)
 
 
@@ -319,26 +340,38 @@ def _loop_once() -> dict[str, int]:
             loop._pool.shutdown(wait=True)
 
 
+# Pages of a loop's sweep go on while they come back full, for up to WORKER_INTERVAL of real
+# time: an hour, so that a slow machine still sweeps every page in one pass.
+PAGED = {"TRANSPORT": "manual", "WORKER_THREADS": 3, "WORKER_INTERVAL": 3600}
+
+
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_worker_loop_runs_quick_turns_of_a_page_in_its_own_thread():
-    with override_settings(DURABLE={"TRANSPORT": "manual", "WORKER_THREADS": 3}), fake_clock() as clock:
+def test_worker_loop_runs_quick_turns_of_a_page_in_its_own_thread(monkeypatch):
+    # The turns' durations are what the test says (QUICK_TURN), not what a busy machine makes them.
+    install_turn_timer(monkeypatch)
+    with override_settings(DURABLE={**PAGED, "SWEEP_BATCH": 4}), fake_clock() as clock:
         engine = get_engine()
         engine.turn_seconds = 0.0
-        ids = asleep(12)
+        ids = [durable.start(sb_quick_nap, run_id=f"quick-{i:02d}") for i in range(12)]
+        while drive()["turns"]:
+            pass
         clock.advance("2h")
         counts = _loop_once()
     assert counts["turns"] == 12
     assert after == Counter({r: 1 for r in ids})
+    # three pages: the first before any turn was measured, the next two measured quick
     assert threads_seen == {threading.current_thread().name}
     assert 0 < engine.turn_seconds < 0.005
+    assert engine.turn_seconds == pytest.approx(QUICK_TURN)
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_worker_loop_spreads_slow_turns_of_a_page_over_its_threads():
-    settings = {"TRANSPORT": "manual", "WORKER_THREADS": 3, "SWEEP_BATCH": 6}
-    with override_settings(DURABLE=settings), fake_clock() as clock:
+def test_worker_loop_spreads_slow_turns_of_a_page_over_its_threads(monkeypatch):
+    install_turn_timer(monkeypatch)
+    _spread.reset()
+    with override_settings(DURABLE={**PAGED, "SWEEP_BATCH": 6}), fake_clock() as clock:
         engine = get_engine()
         engine.turn_seconds = 0.0
         ids = [durable.start(sb_slow_nap, run_id=f"slow-{i:02d}") for i in range(12)]
@@ -351,7 +384,7 @@ def test_worker_loop_spreads_slow_turns_of_a_page_over_its_threads():
     # the first page ran in the loop's thread (no turn measured yet); the second, seen slow, on three
     sweep_threads = {name for name in threads_seen if name.startswith("durable-sweep")}
     assert threading.current_thread().name in threads_seen and len(sweep_threads) > 1
-    assert engine.turn_seconds >= 0.02
+    assert engine.turn_seconds >= SLOW_TURN
 
 
 @durable.workflow(name="sb_two_naps")
@@ -485,9 +518,18 @@ def test_when_the_shared_commit_fails_each_run_commits_alone(monkeypatch):
     assert after == Counter({r: 1 for r in ids})
 
 
+# What the slow turn of the next test outlasts the lease with: the fake clock and the keeper.
+_outlast: dict[str, Any] = {}
+
+
 def _outlast_the_lease() -> str:
-    """Wait past the lease window, then let another sweeper take over any orphaned run."""
-    time.sleep(conf.get().lease * 2)
+    """Outlast the lease window (in fake time, renewing as the keeper would), then let another
+    sweeper take over any orphaned run."""
+    clock, keeper = _outlast["clock"], _outlast["keeper"]
+    lease = conf.get().lease
+    for _ in range(6):  # twice the lease window, one keeper beat per third of it
+        clock.advance(lease / 3)
+        keeper.beat()
     taken = sweeps.recover_orphans(sweeper(1), execute=False)["recovered"]
     return f"others took {taken}"
 
@@ -498,19 +540,23 @@ def sb_short_nap(ctx: durable.WorkflowContext, slow: bool) -> str:
     return ctx.local_step("slow", _outlast_the_lease) if slow else "quick"
 
 
-@pytest.mark.django_db(transaction=True)  # the lease keeper renews on its own connection
-@override_settings(DURABLE={"TRANSPORT": "manual", "LEASE": 0.6})
+@pytest.mark.django_db(transaction=True)  # the turns renew their leases on other connections in production
 def test_turns_waiting_for_their_shared_commit_keep_their_leases():
-    ids = [durable.start(sb_short_nap, i == 2, run_id=f"keep-{i}") for i in range(3)]
-    while drive()["turns"]:
-        pass
-    time.sleep(0.1)  # the naps are due
-    engine = get_engine()
-    now = engine_clock.now()
-    claimed = store.claim_due_runs(engine.owner, now, now + timedelta(seconds=0.6), 10)
-    claimed.sort(key=lambda run: run.id)  # the slow one last: the first two wait for its turn
-    statuses = engine.run_turns([(run, store.load_checkpoints(run.id)) for run in claimed])
+    keeper = ManualKeeper()
+    engine = Engine(store, ManualTransport(), conf.get(), owner="keeps-leases", keeper=keeper)
+    with fake_clock() as clock:
+        _outlast.update(clock=clock, keeper=keeper)
+        ids = [durable.start(sb_short_nap, i == 2, run_id=f"keep-{i}") for i in range(3)]
+        while drive()["turns"]:
+            pass
+        clock.advance(0.1)  # the naps are due
+        now = engine_clock.now()
+        claimed = store.claim_due_runs(engine.owner, now, now + timedelta(seconds=engine.settings.lease), 10)
+        claimed.sort(key=lambda run: run.id)  # the slow one last: the first two wait for its turn
+        statuses = engine.run_turns([(run, store.load_checkpoints(run.id)) for run in claimed])
+        assert clock.now() > now + timedelta(seconds=engine.settings.lease)  # the claim's lease ran out
     assert statuses == ["completed"] * 3
+    assert keeper.held() == 0  # every turn let go of its lease once its commit settled
     rows = dict(Run.objects.filter(id__in=ids).values_list("id", "output"))
     assert rows == {"keep-0": "quick", "keep-1": "quick", "keep-2": "others took 0"}
 
