@@ -212,7 +212,8 @@ def test_worker_killed_mid_step_is_recovered_once_and_reruns_only_that_step(tmp_
     release.touch()  # the re-run of B will not block
 
     engine = get_engine()
-    with fake_clock() as clock:
+    # Time stands a moment before the dead worker's lease runs out, however long it took to get here.
+    with fake_clock(start=row.locked_until - timedelta(seconds=1)) as clock:
         # The dead worker's lease has not run out yet: not an orphan.
         assert sweeps.recover_orphans(engine) == {"recovered": 0, "dead": 0}
         assert Run.objects.get(id=run_id).locked_by == row.locked_by
@@ -342,7 +343,7 @@ def test_signal_landing_between_wait_check_and_commit_is_not_lost(monkeypatch):
         row = Run.objects.get(id=run_id)
         # The commit saw the buffered signal under the row lock and made the run due at once.
         assert row.wake_at is not None and row.wake_at <= engine_clock.now()
-        run = run_until_settled(run_id, timeout=5)
+        run = run_until_settled(run_id, timeout=SETTLE)
         assert run.status == "completed"
         assert run.output == {"for": run_id}
         assert checkpoints(run_id) == [(1, "signal", "go", "completed")]
@@ -367,7 +368,7 @@ def test_signal_racing_the_registering_turn_always_wakes_the_run():
         concurrently(2, racer)
         # A lost wake would leave the run suspended until the 5-minute reconcile:
         # run_until_settled would return it still suspended.
-        run = run_until_settled(run_id, timeout=5)
+        run = run_until_settled(run_id, timeout=SETTLE)
         assert (run.status, run.output) == ("completed", {"n": i}), f"iteration {i}"
         assert checkpoints(run_id) == [(1, "signal", "go", "completed")]
         assert not BufferedSignal.objects.filter(run_id=run_id).exists()
@@ -410,7 +411,8 @@ def test_two_signals_of_one_name_feed_two_waits_in_order(when):
 @pytest.mark.slow
 def test_timer_survives_a_killed_worker_and_fires_once_on_a_new_one(tmp_path, spawn_worker):
     log = tmp_path / "exec.log"
-    run_id = durable.start(fw.sleeper, {"log": str(log), "seconds": 4}, run_id="sleep-across-restart")
+    # An hour: the worker dies long before the timer is due, however slow the machine.
+    run_id = durable.start(fw.sleeper, {"log": str(log), "seconds": 3600}, run_id="sleep-across-restart")
     first = spawn_worker("first")
     wait_for(
         lambda: Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).exists(),
@@ -428,6 +430,11 @@ def test_timer_survives_a_killed_worker_and_fires_once_on_a_new_one(tmp_path, sp
     assert row.wake_at > engine_clock.now(), "the worker must die before the timer is due"
     assert (fw.executions(log, "before"), fw.executions(log, "after")) == (1, 0)
 
+    # The hour passes: the timer falls due (the run's wake and its sleep's, as they were written).
+    due = engine_clock.now() - timedelta(seconds=1)
+    Run.objects.filter(id=run_id).update(wake_at=due)
+    Checkpoint.objects.filter(run_id=run_id, kind="sleep").update(wake_at=due)
+    row.refresh_from_db()
     second = spawn_worker("second")
     wait_for(
         lambda: Run.objects.filter(id=run_id, status__in=[RunStatus.COMPLETED, RunStatus.FAILED]).exists(),

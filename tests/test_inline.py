@@ -11,9 +11,17 @@ from django.db import connection
 from django.test import override_settings
 
 import durable
+from durable import conf, sweeps
+from durable.engine.core import Engine
 from durable.models import Checkpoint
+from durable.runtime import get_engine
+from durable.store import store
+from durable.testing import fake_clock
+from durable.transports.manual import ManualTransport
 from durable.worker import WorkerLoop
 from tests import workflows as w
+from tests.threads import SETTLE
+from tests.timing import ManualKeeper
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -25,7 +33,7 @@ entered = threading.Event()
 def i_gated(ctx):
     def wait_for_gate():
         entered.set()
-        assert gate.wait(10)
+        assert gate.wait(SETTLE)
         return "through"
 
     return ctx.local_step("gate", wait_for_gate)
@@ -37,7 +45,8 @@ def i_short_sleep(ctx):
     return ctx.step(w.t_add, 2, 3)
 
 
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
+def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> None:
+    """Poll until ``predicate`` holds; the deadline only catches a run that is truly stuck."""
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
@@ -67,48 +76,48 @@ def test_worker_loop_drains_the_item_in_progress_on_stop():
     loop = WorkerLoop(interval=0.05)
     thread = threading.Thread(target=loop.run_forever)
     thread.start()
-    assert entered.wait(10)
+    assert entered.wait(SETTLE)
     loop.stop.set()  # what SIGTERM does
     gate.set()
-    thread.join(10)
+    thread.join(SETTLE)
     assert not thread.is_alive()
     run = durable.get_run(run_id)
     assert run.status == "completed" and run.output == "through"
 
 
 def test_lease_is_renewed_while_a_long_turn_runs():
+    """Three lease windows pass (in fake time) while the turn runs; its keeper's beats keep the lease."""
     gate.clear()
     entered.clear()
-    from durable import sweeps
-    from durable.runtime import get_engine
-
-    with override_settings(DURABLE={"TRANSPORT": "manual", "LEASE": 0.6}):
+    keeper = ManualKeeper()  # beats when the test says, as the real one does every third of the lease
+    with fake_clock() as clock:
+        engine = Engine(store, ManualTransport(), conf.get(), owner="long-turn", keeper=keeper)
         run_id = durable.start("i_gated")
 
         def turn() -> None:
             try:
-                get_engine().run_turn(run_id)
+                engine.run_turn(run_id)
             finally:
                 connection.close()
 
         worker = threading.Thread(target=turn)
         worker.start()
-        assert entered.wait(10)
+        assert entered.wait(SETTLE)
         stolen = 0
-        deadline = time.monotonic() + 2.0  # more than three lease windows
-        while time.monotonic() < deadline:
+        lease = engine.settings.lease
+        for _ in range(10):  # more than three lease windows
+            clock.advance(lease / 3)
+            assert keeper.beat() == 1  # the turn's lease, renewed from now on
             stolen += sweeps.recover_orphans(get_engine())["recovered"]
-            time.sleep(0.05)
         gate.set()
-        worker.join(10)
+        worker.join(SETTLE)
     run = durable.get_run(run_id)
     assert stolen == 0
     assert (run.status, run.recovery_attempts) == ("completed", 0)
+    assert keeper.held() == 0
 
 
 def test_a_worker_loop_in_the_process_takes_short_timers_when_they_fall_due(monkeypatch):
-    from durable.runtime import get_engine
-
     w.reset()
     with override_settings(DURABLE={"TRANSPORT": "inline", "WORKER_THREADS": 2}):
         transport = get_engine().transport
@@ -121,18 +130,18 @@ def test_a_worker_loop_in_the_process_takes_short_timers_when_they_fall_due(monk
             return submit(job, delay)
 
         monkeypatch.setattr(transport, "_submit", spy)
-        loop = WorkerLoop(interval=5)  # idle, it would look again only after five seconds
+        loop = WorkerLoop(interval=3600)  # idle, it would look again only after an hour
         thread = threading.Thread(target=loop.run_forever)
         thread.start()
         try:
             wait_for(lambda: transport._loop_nudge is not None)
-            time.sleep(0.1)  # let the loop settle into its idle wait
+            wait_for(lambda: loop._idle_until != float("inf"))  # the loop settled into its idle wait
             run_id = durable.start("i_short_sleep")
             # the 200 ms timer nudged the loop, whose sweep ran the wake: well before its interval
-            wait_for(lambda: status(run_id) == "completed", timeout=2.5)
+            wait_for(lambda: status(run_id) == "completed", timeout=60)
             assert timed == []  # nothing was timed in-process
         finally:
             loop.stop.set()
-            thread.join(10)
+            thread.join(SETTLE)
         assert transport._loop_nudge is None  # detached: timers are timed in-process again
     assert durable.get_run(run_id).output == 5

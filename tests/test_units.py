@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import random
+import threading
+from collections import Counter
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -12,6 +15,7 @@ from django.test import override_settings
 import durable
 from durable import conf
 from durable.engine.durations import parse_duration
+from durable.engine.leases import LeaseKeeper
 from durable.engine.registry import Registry, WorkflowDef, registry
 from durable.engine.retry import Backoff, make_backoff
 from durable.engine.serialization import error_record, to_json
@@ -221,3 +225,38 @@ def test_to_json_refuses_what_no_database_can_store():
         "emoji": "😀",
         "text": "a literal \\u0000 is fine",
     }
+
+
+def test_lease_keeper_renews_each_hold_at_its_beat_until_released_or_lost():
+    """The keeper's own thread, on the real clock: events and generous deadlines, no timing asserts.
+
+    Tests elsewhere stand in a manual keeper (tests/timing.py) and move a fake clock instead.
+    """
+    keeper = LeaseKeeper()
+    renewals: Counter[str] = Counter()
+    seen = {name: threading.Semaphore(0) for name in ("kept", "later")}
+    lost = threading.Event()
+
+    def renewing(name: str) -> Callable[[], bool]:
+        def renew() -> bool:
+            renewals[name] += 1
+            seen[name].release()
+            return True
+
+        return renew
+
+    kept = keeper.hold(0.001, renewing("kept"), lambda: pytest.fail("a renewed lease reported lost"))
+    keeper.hold(0.001, lambda: False, lost.set)
+    for _ in range(3):  # renewed again and again while held
+        assert seen["kept"].acquire(timeout=60)
+    assert lost.wait(60)  # a renewal that finds the lease gone tells its holder
+
+    kept.release()
+    later = keeper.hold(0.001, renewing("later"), lambda: None)
+    # A beat that renews the later hold began after the release: from here on, the released
+    # hold's count is final; another beat later, it still has not moved.
+    assert seen["later"].acquire(timeout=60)
+    final = renewals["kept"]
+    assert seen["later"].acquire(timeout=60)
+    later.release()  # (the thread then idles: nothing is held)
+    assert renewals["kept"] == final
