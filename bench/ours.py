@@ -61,7 +61,7 @@ class Completions:
                 sig.connect(receiver, weak=False, dispatch_uid=f"bench-{id(sig)}")
             self.via = "durable.signals.run_completed"
         except ImportError:  # an engine without lifecycle signals: its listener hook
-            get_engine().listeners.append(lambda status, run: status in TERMINAL and self._done(run.id, status))
+            get_engine().listeners.add(lambda status, run: status in TERMINAL and self._done(run.id, status))
             self.via = "engine listener"
 
     def expect(self, run_id: str) -> threading.Event:

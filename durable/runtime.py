@@ -6,8 +6,9 @@ import os
 import threading
 
 from durable import conf
-from durable.engine.core import Engine, make_owner_id
+from durable.engine.core import Engine, Fleet, make_owner_id
 from durable.engine.leases import LeaseKeeper
+from durable.engine.listeners import Listeners
 from durable.transports import build
 
 _lock = threading.Lock()
@@ -53,20 +54,28 @@ def get_engine() -> Engine:
 
         old = _engine
         transport = build(settings.transport, get_engine, settings.worker_threads)
-        _engine = Engine(store, transport, settings, owner=_owner, keeper=_keeper)
-        _engine.fleet = _fleet(settings, store)
-        _engine.eager_routes = _eager_routes
         if old is not None:
-            _engine.listeners = old.listeners
-            _engine.lifecycle_listeners = old.lifecycle_listeners
-            shutdown = getattr(old.transport, "shutdown", None)
-            if shutdown is not None:
-                shutdown()
+            listeners = old.listeners
         else:
             from durable import signals
 
-            _engine.listeners.append(signals.send_status)
-            _engine.lifecycle_listeners.append(signals.send_lifecycle)
+            listeners = Listeners()
+            listeners.add(signals.send_status)
+            listeners.add_lifecycle(signals.send_lifecycle)
+        _engine = Engine(
+            store,
+            transport,
+            settings,
+            owner=_owner,
+            keeper=_keeper,
+            fleet=_fleet(settings, store),
+            eager_routes=_eager_routes,
+            listeners=listeners,
+        )
+        if old is not None:
+            shutdown = getattr(old.transport, "shutdown", None)
+            if shutdown is not None:
+                shutdown()
         return _engine
 
 
@@ -78,7 +87,7 @@ def serve_routes_eagerly(routes: frozenset[str | None]) -> None:
         _engine.eager_routes = routes
 
 
-def _fleet(settings: conf.DurableSettings, store: object) -> object:
+def _fleet(settings: conf.DurableSettings, store: object) -> Fleet:
     from durable.fleet import AnyFleet, DbFleet
 
     if settings.transport == "celery" and settings.fleet_check:

@@ -285,7 +285,7 @@ def wake_due_runs(
             claimed = [(run, histories.get(run.id, {})) for run in runs]
             # One job per thread, each a slice of the page whose final commits go together.
             threads = engine.settings.worker_threads if runner else 1
-            if engine.turn_seconds < sys.getswitchinterval():
+            if engine.stats.turn_seconds < sys.getswitchinterval():
                 # Turns quicker than the interpreter's switch interval gain nothing from threads:
                 # they contend for the GIL, and every database wait then ends in a wait for it.
                 threads = 1
@@ -338,7 +338,7 @@ def publish_lifecycle(engine: Engine, *, should_stop: StopCheck = _never) -> dic
             break
         report = lifecycle.publish(engine, run_id)
         counts["published"] += sum(1 for outcome in report.values() if outcome in ("started", "coalesced"))
-    for created in store.fire_due_batches(now, engine.settings.sweep_batch, lifecycle.make_batch_run):
+    for created in store.fire_due_batches(now, engine.settings.sweep_batch, lifecycle.batch_run_maker(engine)):
         counts["batches"] += 1
         engine.transport.dispatch_turn(created)
     counts["healed"] = heal_lifecycle(engine, now)

@@ -21,50 +21,20 @@ With a fake clock, time moves only when the test calls ``advance``.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 
 from durable import sweeps
 from durable.api import RunInfo, get_run
 from durable.engine import clock as engine_clock
-from durable.engine.durations import Duration, parse_duration
+from durable.engine.clock import FakeClock
 from durable.exceptions import InvalidInput
 from durable.runtime import get_engine
 from durable.store import store
 
 __all__ = ["FakeClock", "drive", "fake_clock", "run_until_settled"]
-
-
-class FakeClock:
-    """A clock that stands still until told to move."""
-
-    def __init__(self, start: datetime | None = None) -> None:
-        if start is not None and start.tzinfo is None:
-            raise InvalidInput("FakeClock start must be timezone-aware")
-        self._now = start or datetime.now(UTC)
-        self._lock = threading.Lock()
-
-    def now(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, duration: Duration) -> datetime:
-        """Move time forward by ``duration`` ("7d", seconds, timedelta); returns the new now."""
-        delta = parse_duration(duration)
-        with self._lock:
-            self._now += delta
-            return self._now
-
-    def set(self, when: datetime) -> None:
-        if when.tzinfo is None:
-            raise InvalidInput("FakeClock.set needs a timezone-aware datetime")
-        with self._lock:
-            if when < self._now:
-                raise InvalidInput("a fake clock does not go backwards")
-            self._now = when
 
 
 @contextmanager

@@ -89,7 +89,7 @@ def turns() -> Iterator[list[tuple[str, str]]]:
         seen.append((run.id, status))
 
     engine = get_engine()
-    engine.listeners.append(listener)
+    engine.listeners.add(listener)
     yield seen
     if listener in get_engine().listeners:
         get_engine().listeners.remove(listener)

@@ -9,7 +9,6 @@ import pytest
 
 import durable
 from durable.engine import clock
-from durable.engine.steps import _timeout_of
 from durable.models import Checkpoint
 from durable.runtime import get_engine
 from durable.testing import drive, fake_clock, run_until_settled
@@ -40,7 +39,9 @@ def _hang(run_id: str) -> None:
     """Simulate a worker that claimed the step and then hung or died."""
     now = clock.now()
     engine = get_engine()
-    claim = engine.store.claim_step(run_id, 1, "hung-worker", now, now + timedelta(seconds=60), _timeout_of)
+    claim = engine.store.claim_step(
+        run_id, 1, "hung-worker", now, now + timedelta(seconds=60), engine.registry.step_timeout
+    )
     assert claim is not None and claim.attempt == 1
 
 

@@ -352,7 +352,7 @@ def test_worker_loop_runs_quick_turns_of_a_page_in_its_own_thread(monkeypatch):
     install_turn_timer(monkeypatch)
     with override_settings(DURABLE={**PAGED, "SWEEP_BATCH": 4}), fake_clock() as clock:
         engine = get_engine()
-        engine.turn_seconds = 0.0
+        engine.stats.turn_seconds = 0.0
         ids = [durable.start(sb_quick_nap, run_id=f"quick-{i:02d}") for i in range(12)]
         while drive()["turns"]:
             pass
@@ -362,8 +362,8 @@ def test_worker_loop_runs_quick_turns_of_a_page_in_its_own_thread(monkeypatch):
     assert after == Counter({r: 1 for r in ids})
     # three pages: the first before any turn was measured, the next two measured quick
     assert threads_seen == {threading.current_thread().name}
-    assert 0 < engine.turn_seconds < 0.005
-    assert engine.turn_seconds == pytest.approx(QUICK_TURN)
+    assert 0 < engine.stats.turn_seconds < 0.005
+    assert engine.stats.turn_seconds == pytest.approx(QUICK_TURN)
 
 
 @pytest.mark.postgres
@@ -373,7 +373,7 @@ def test_worker_loop_spreads_slow_turns_of_a_page_over_its_threads(monkeypatch):
     _spread.reset()
     with override_settings(DURABLE={**PAGED, "SWEEP_BATCH": 6}), fake_clock() as clock:
         engine = get_engine()
-        engine.turn_seconds = 0.0
+        engine.stats.turn_seconds = 0.0
         ids = [durable.start(sb_slow_nap, run_id=f"slow-{i:02d}") for i in range(12)]
         while drive()["turns"]:
             pass
@@ -384,7 +384,7 @@ def test_worker_loop_spreads_slow_turns_of_a_page_over_its_threads(monkeypatch):
     # the first page ran in the loop's thread (no turn measured yet); the second, seen slow, on three
     sweep_threads = {name for name in threads_seen if name.startswith("durable-sweep")}
     assert threading.current_thread().name in threads_seen and len(sweep_threads) > 1
-    assert engine.turn_seconds >= SLOW_TURN
+    assert engine.stats.turn_seconds >= SLOW_TURN
 
 
 @durable.workflow(name="sb_two_naps")

@@ -15,7 +15,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from durable.engine import clock
 from durable.engine.context_base import (
     COMPLETED,
     EVENT_TOKEN,
@@ -28,7 +27,7 @@ from durable.engine.context_base import (
 )
 from durable.engine.durations import Duration, parse_duration
 from durable.engine.ports import CheckpointRecord, CheckpointWrite, RunRecord
-from durable.engine.registry import WorkflowDef, resolve_step, resolve_workflow
+from durable.engine.registry import WorkflowDef
 from durable.engine.runs import clean_input, run_fields
 from durable.engine.serialization import error_record, to_json
 from durable.exceptions import (
@@ -147,13 +146,13 @@ class CompositionOps(ContextBase):
         if turn.creating(child_id):
             return None  # started earlier in this turn (start_child, then joined)
         try:
-            wf = resolve_workflow(workflow)
+            wf = turn.engine.registry.resolve_workflow(workflow)
             value = clean_input(wf, input, turn.engine.settings.max_payload_bytes)
             if not isinstance(child_id, str) or not child_id or len(child_id) > 255 or " " in child_id:
                 raise InvalidInput(f"invalid child run id {child_id!r}")
         except DurableError as exc:
             return error_record(exc, code="child_start_failed", retryable=False)
-        fields = run_fields(wf, child_id, value, now=clock.now(), namespace=self.namespace, parent_id=self.run_id)
+        fields = run_fields(wf, child_id, value, now=self._clock.now(), namespace=self.namespace, parent_id=self.run_id)
         turn.writes.new_runs.append(fields)
         turn.after_commit(lambda: turn.engine.transport.dispatch_turn(child_id))
         return None
@@ -173,12 +172,17 @@ class CompositionOps(ContextBase):
                     status=FAILED,
                     input={"run_id": child_id},
                     error=error,
-                    finished_at=clock.now(),
+                    finished_at=self._clock.now(),
                 )
                 turn.defer(CheckpointWrite(rec, create=True))
                 return "failed", ChildFailed(child_id, "not_started", error)
             rec = CheckpointRecord(
-                seq=seq, name=name, kind="child", status=PENDING, input={"run_id": child_id}, started_at=clock.now()
+                seq=seq,
+                name=name,
+                kind="child",
+                status=PENDING,
+                input={"run_id": child_id},
+                started_at=self._clock.now(),
             )
             turn.defer(CheckpointWrite(rec, create=True))
             turn.wait_on(RUN_TOKEN + child_id, seq)
@@ -206,7 +210,7 @@ class CompositionOps(ContextBase):
             raise RunNotFound(f"no run with id {run_id!r}")
         if final.status in SETTLED_OK:
             rec = CheckpointRecord(
-                seq=seq, name=name, kind=kind, status=COMPLETED, output=final.output, finished_at=clock.now()
+                seq=seq, name=name, kind=kind, status=COMPLETED, output=final.output, finished_at=self._clock.now()
             )
             turn.defer(CheckpointWrite(rec, create=False, expect=(PENDING,)))
             return "done", final.output
@@ -214,7 +218,9 @@ class CompositionOps(ContextBase):
             error = dict(final.error or {"message": f"run {final.id!r} was {final.status}"})
             error["child_status"] = final.status
             error.setdefault("code", f"run_{final.status}")
-            rec = CheckpointRecord(seq=seq, name=name, kind=kind, status=FAILED, error=error, finished_at=clock.now())
+            rec = CheckpointRecord(
+                seq=seq, name=name, kind=kind, status=FAILED, error=error, finished_at=self._clock.now()
+            )
             turn.defer(CheckpointWrite(rec, create=False, expect=(PENDING,)))
             return "failed", error
         turn.wait_on(RUN_TOKEN + final.id, seq)
@@ -235,7 +241,12 @@ class CompositionOps(ContextBase):
             raise RunFailed(run_id, (cp.error or {}).get("child_status", "failed"), cp.error)
         if cp is None:
             rec = CheckpointRecord(
-                seq=seq, name=run_id, kind="wait_run", status=PENDING, input={"run_id": run_id}, started_at=clock.now()
+                seq=seq,
+                name=run_id,
+                kind="wait_run",
+                status=PENDING,
+                input={"run_id": run_id},
+                started_at=self._clock.now(),
             )
             self._turn.defer(CheckpointWrite(rec, create=True))
         state, value = self._settled(seq, run_id, "wait_run", run_id)
@@ -261,7 +272,7 @@ class CompositionOps(ContextBase):
         unfinished: list[tuple[int, str, str, str | None]] = []  # (seq, kind, name, child id)
         for index, op in enumerate(ops):
             if isinstance(op, Call):
-                sd = resolve_step(op.step)
+                sd = self._turn.engine.registry.resolve_step(op.step)
                 seq, cp = self._next(sd.name, "step")
                 if cp is None:
                     self._dispatch_step(seq, sd, op.args, op.kwargs)
@@ -304,7 +315,9 @@ class CompositionOps(ContextBase):
             "traceback": None,
         }
         for seq, kind, name, child_id in unfinished:
-            rec = CheckpointRecord(seq=seq, name=name, kind=kind, status=FAILED, error=error, finished_at=clock.now())
+            rec = CheckpointRecord(
+                seq=seq, name=name, kind=kind, status=FAILED, error=error, finished_at=self._clock.now()
+            )
             turn.defer(CheckpointWrite(rec, create=False, expect=(PENDING, RUNNING)))
             if child_id is not None:
                 turn.writes.cancel_runs.append(child_id)
@@ -401,7 +414,7 @@ class CompositionOps(ContextBase):
         if cp is not None and cp.status == FAILED:
             raise SignalTimeout(name, seq)
         turn = self._turn
-        now = clock.now()
+        now = self._clock.now()
         deadline = cp.wake_at if cp is not None else (now + parse_duration(timeout) if timeout is not None else None)
         got = turn.take_event(seq, name, match, deadline, create=cp is None)
         if got is not None:
@@ -450,7 +463,7 @@ class CompositionOps(ContextBase):
             raise StepFailed(name, seq, cp.error or {}, cp.attempts)
         turn = self._turn
         turn.flush()
-        started = clock.now()
+        started = self._clock.now()
         try:
             with turn.engine.store.atomic():
                 value = to_json(fn(*args, **kwargs), f"transaction {name!r} result")
@@ -462,7 +475,7 @@ class CompositionOps(ContextBase):
                     output=value,
                     attempts=1,
                     started_at=started,
-                    finished_at=clock.now(),
+                    finished_at=self._clock.now(),
                 )
                 turn.defer(CheckpointWrite(rec, create=True))
                 turn.flush()
@@ -477,7 +490,7 @@ class CompositionOps(ContextBase):
                 error=err,
                 attempts=1,
                 started_at=started,
-                finished_at=clock.now(),
+                finished_at=self._clock.now(),
             )
             turn.defer(CheckpointWrite(rec, create=True))
             turn.flush()

@@ -20,15 +20,13 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from durable.engine import clock
 from durable.engine.composition import CompositionOps
 from durable.engine.context_base import COMPLETED, FAILED, PENDING, RUNNING, ContextBase
 from durable.engine.durations import Duration, parse_duration
+from durable.engine.execution import StepInfo, retry_delay, running
 from durable.engine.ports import CheckpointRecord, CheckpointWrite
-from durable.engine.registry import resolve_step
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
 from durable.engine.serialization import error_record, to_json
-from durable.engine.steps import StepInfo, retry_delay, running
 from durable.exceptions import InvalidInput, StepFailed
 
 
@@ -52,7 +50,7 @@ class WorkflowContext(CompositionOps, ContextBase):
         seq, cp = self._next("now", "now")
         if cp is not None:
             return datetime.fromisoformat(cp.output)
-        value = clock.now().astimezone(UTC)
+        value = self._clock.now().astimezone(UTC)
         self._record(seq, "now", "now", value.isoformat())
         return value
 
@@ -118,7 +116,7 @@ class WorkflowContext(CompositionOps, ContextBase):
                 return cp.output
             if cp.status == FAILED:
                 raise StepFailed(name, seq, cp.error or {}, cp.attempts)
-            if cp.wake_at is not None and cp.wake_at > clock.now():
+            if cp.wake_at is not None and cp.wake_at > self._clock.now():
                 raise self._suspend(cp.wake_at)
             attempts = cp.attempts
         turn = self._turn
@@ -126,13 +124,13 @@ class WorkflowContext(CompositionOps, ContextBase):
         # and the run must still be ours (not cancelled meanwhile).
         turn.confirm_lease()
         attempt = attempts + 1
-        started = clock.now()
+        started = self._clock.now()
         try:
             value = to_json(fn(*args, **kwargs), f"local_step {name!r} result")
         except Exception as exc:
             err = error_record(exc)
             if err["retryable"] and attempt <= retries:
-                retry_at = clock.now() + timedelta(seconds=policy.delay(attempt))
+                retry_at = self._clock.now() + timedelta(seconds=policy.delay(attempt))
                 rec = CheckpointRecord(
                     seq=seq,
                     name=name,
@@ -155,7 +153,7 @@ class WorkflowContext(CompositionOps, ContextBase):
                 error=err,
                 attempts=attempt,
                 started_at=started,
-                finished_at=clock.now(),
+                finished_at=self._clock.now(),
             )
             turn.defer(CheckpointWrite(rec, create=cp is None, expect=(PENDING,)))
             turn.flush()
@@ -169,7 +167,7 @@ class WorkflowContext(CompositionOps, ContextBase):
             output=value,
             attempts=attempt,
             started_at=started,
-            finished_at=clock.now(),
+            finished_at=self._clock.now(),
         )
         # Not committed yet: it rides with the next commit, which always comes before the
         # next side effect (the flush above the next step) or ends the turn. One commit per step.
@@ -188,7 +186,7 @@ class WorkflowContext(CompositionOps, ContextBase):
         the step's own ``compensate=``) undoes it if the run later fails.
         ``compensate`` is therefore a reserved keyword for step arguments.
         """
-        sd = resolve_step(step)
+        sd = self._turn.engine.registry.resolve_step(step)
         undo = compensate if compensate is not None else sd.compensate
         seq, cp = self._next(sd.name, "step")
         if cp is not None:
@@ -223,7 +221,7 @@ class WorkflowContext(CompositionOps, ContextBase):
         engine = turn.engine
         owner = engine.owner
         lease = timedelta(seconds=engine.settings.step_execution_lease)
-        started = clock.now()
+        started = self._clock.now()
 
         def record(status: str, **fields: Any) -> CheckpointRecord:
             return CheckpointRecord(
@@ -247,7 +245,7 @@ class WorkflowContext(CompositionOps, ContextBase):
         run_id = self.run_id
         hold = engine.keeper.hold(
             lease.total_seconds() / 3,
-            lambda: engine.store.renew_step(run_id, seq, owner, clock.now() + lease),
+            lambda: engine.store.renew_step(run_id, seq, owner, self._clock.now() + lease),
             lambda: None,  # the commit that settles it finds out
         )
         try:
@@ -257,16 +255,16 @@ class WorkflowContext(CompositionOps, ContextBase):
             err = error_record(exc)
             delay = retry_delay(sd, err, 1)
             if delay is not None:
-                retry_at = clock.now() + timedelta(seconds=delay)
+                retry_at = self._clock.now() + timedelta(seconds=delay)
                 settle(record(PENDING, error=err, retry_at=retry_at, wake_at=retry_at))
                 turn.after_commit(lambda: engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay))
                 raise self._suspend(event=True) from None
-            settle(record(FAILED, error=err, finished_at=clock.now()))
+            settle(record(FAILED, error=err, finished_at=self._clock.now()))
             turn.flush()
             raise StepFailed(sd.name, seq, err, 1) from exc
         finally:
             hold.release()
-        settle(record(COMPLETED, output=output, finished_at=clock.now()))
+        settle(record(COMPLETED, output=output, finished_at=self._clock.now()))
         self._remember_undo(seq, sd.name, undo, payload, output)
         return output
 
@@ -284,7 +282,7 @@ class WorkflowContext(CompositionOps, ContextBase):
 
     def _sleep(self, name: str, due: Callable[[datetime], datetime]) -> None:
         seq, cp = self._next(name, "sleep")
-        now = clock.now()
+        now = self._clock.now()
         if cp is None:
             wake_at = due(now)
             if wake_at <= now:

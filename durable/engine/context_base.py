@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from durable.engine import clock
 from durable.engine.durations import Duration, parse_duration
 from durable.engine.ports import CheckpointRecord, CheckpointWrite
 from durable.engine.serialization import error_record, to_json
@@ -29,6 +28,7 @@ class ContextBase:
 
     def __init__(self, turn: Turn) -> None:
         self._turn = turn
+        self._clock = turn.engine.clock
         self._seq = 0
 
     # -- identity ----------------------------------------------------------
@@ -99,7 +99,7 @@ class ContextBase:
             self._turn.compensations.append(Compensation(seq, name, undo, call_input, output))
 
     def _record(self, seq: int, name: str, kind: str, output: Any) -> None:
-        now = clock.now()
+        now = self._clock.now()
         rec = CheckpointRecord(
             seq=seq, name=name, kind=kind, status=COMPLETED, output=output, started_at=now, finished_at=now
         )
@@ -122,7 +122,7 @@ class ContextBase:
                     "queue": sd.route,
                 }
             )
-        now = clock.now()
+        now = self._clock.now()
         engine = turn.engine
         step_lease = engine.settings.step_lease
         rec = CheckpointRecord(
@@ -149,7 +149,7 @@ class ContextBase:
         if cp is not None and cp.status == FAILED:
             raise SignalTimeout(name, seq)
         turn = self._turn
-        now = clock.now()
+        now = self._clock.now()
         got = turn.take_signal(token)
         if got is not None:
             signal_id, payload = got

@@ -1,18 +1,26 @@
-"""The engine object: wiring of store, transport, settings and this process's identity."""
+"""The engine object: the wiring of store, transport, settings and this process's identity.
+
+An :class:`Engine` is immutable after construction: everything it depends on
+(store, transport, settings, registry, clock, fleet, lease keeper, owner id,
+eager routes, listeners) is passed in, and nothing rebinds an attribute later.
+What it measures while it runs lives in its :class:`EngineStats`.
+"""
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import uuid
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
+from durable.engine import execution, turn
+from durable.engine.clock import Clock, InstalledClock
 from durable.engine.leases import LeaseKeeper
+from durable.engine.listeners import Listeners
 from durable.engine.ports import CheckpointRecord, RunRecord, Store, Transport
-
-logger = logging.getLogger("durable")
+from durable.engine.registry import Registry
+from durable.engine.registry import registry as default_registry
 
 
 def make_owner_id() -> str:
@@ -20,7 +28,16 @@ def make_owner_id() -> str:
     return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class _AnyFleet:
+class Fleet(Protocol):
+    """What the engine asks about the live workers (see :mod:`durable.fleet`)."""
+
+    def can_serve(self, step: str, queue: str | None) -> bool: ...
+    def subscribers(self, event: str) -> list[str]: ...
+
+
+class AnyFleet:
+    """A fleet that can run every step and advertises no lifecycle subscription."""
+
     def can_serve(self, step: str, queue: str | None) -> bool:
         return True
 
@@ -28,12 +45,33 @@ class _AnyFleet:
         return []
 
 
+class EngineStats:
+    """Figures the engine measures as it runs (read by the sweeps to choose how to run a page).
+
+    ``turn_seconds``: mean seconds a recent turn of ``run_turns`` took before its
+    final commit, smoothed per batch. Updated without a lock: a lost update
+    between two threads only delays the smoothing by one batch.
+    """
+
+    def __init__(self) -> None:
+        self.turn_seconds = 0.0
+
+    def record_turns(self, per_turn: float) -> None:
+        previous = self.turn_seconds
+        self.turn_seconds = per_turn if not previous else (previous + per_turn) / 2
+
+
 class Engine:
     """Runs turns and steps against a store, announcing work through a transport.
 
     ``settings`` is any object with the attributes of
-    :class:`durable.conf.DurableSettings`. ``listeners`` are called as
-    ``listener(status, run)`` after each committed turn (observability hooks).
+    :class:`durable.conf.DurableSettings`; ``registry`` holds the workflow and
+    step definitions; ``clock`` gives every timestamp the engine writes;
+    ``fleet`` answers "can any live worker run this step?"; ``eager_routes``
+    are the step routes this process consumes (None: the default queue): a
+    turn run here claims one dispatched step on these routes in its own commit
+    and runs it at once (``EAGER_STEPS``); ``listeners`` are told about
+    committed turns and lifecycle deliveries.
     """
 
     def __init__(
@@ -42,26 +80,25 @@ class Engine:
         transport: Transport,
         settings: Any,
         *,
+        registry: Registry | None = None,
+        clock: Clock | None = None,
         owner: str | None = None,
         keeper: LeaseKeeper | None = None,
+        fleet: Fleet | None = None,
+        eager_routes: frozenset[str | None] = frozenset(),
+        listeners: Listeners | None = None,
     ) -> None:
         self.store = store
         self.transport = transport
         self.settings = settings
+        self.registry = registry if registry is not None else default_registry
+        self.clock: Clock = clock if clock is not None else InstalledClock()
         self.owner = owner or make_owner_id()
         self.keeper = keeper or LeaseKeeper()
-        self.listeners: list[Callable[[str, RunRecord], None]] = []
-        # Called as listener(source_run, subscriber, outcome) after each lifecycle delivery.
-        self.lifecycle_listeners: list[Callable[[RunRecord, str, str], None]] = []
-        # Answers "can any live worker run this step?"; see durable.fleet.
-        self.fleet: Any = _AnyFleet()
-        # Step routes this process consumes (None: the default queue). A turn run here
-        # claims one dispatched step on these routes in its own commit and runs it at
-        # once (EAGER_STEPS); set by the Celery worker, empty elsewhere.
-        self.eager_routes: frozenset[str | None] = frozenset()
-        # Mean seconds a recent turn of run_turns took before its final commit (updated per
-        # batch): tells the due-run sweep whether spreading a page over threads can help.
-        self.turn_seconds = 0.0
+        self.fleet: Fleet = fleet if fleet is not None else AnyFleet()
+        self.eager_routes = eager_routes
+        self.listeners = listeners if listeners is not None else Listeners()
+        self.stats = EngineStats()
 
     def run_turn(
         self,
@@ -71,34 +108,20 @@ class Engine:
         fresh: bool = False,
         history: dict[int, CheckpointRecord] | None = None,
     ) -> str | None:
-        from durable.engine.turn import run_turn
-
-        return run_turn(self, run_id, acquired=acquired, fresh=fresh, history=history)
+        return turn.run_turn(self, run_id, acquired=acquired, fresh=fresh, history=history)
 
     def run_turns(
         self,
         claimed: list[tuple[RunRecord, dict[int, CheckpointRecord]]],
         should_stop: Callable[[], bool] = lambda: False,
     ) -> list[str | None]:
-        from durable.engine.turn import run_turns
-
-        return run_turns(self, claimed, should_stop)
+        return turn.run_turns(self, claimed, should_stop)
 
     def execute_step(self, run_id: str, seq: int, *, continue_turn: bool = True) -> str:
-        from durable.engine.steps import execute_step
-
-        return execute_step(self, run_id, seq, continue_turn=continue_turn)
+        return execution.execute_step(self, run_id, seq, continue_turn=continue_turn)
 
     def emit(self, status: str, run: RunRecord) -> None:
-        for listener in list(self.listeners):
-            try:
-                listener(status, run)
-            except Exception:
-                logger.exception("listener failed")
+        self.listeners.emit(status, run)
 
     def emit_lifecycle(self, run: RunRecord, subscriber: str, outcome: str) -> None:
-        for listener in list(self.lifecycle_listeners):
-            try:
-                listener(run, subscriber, outcome)
-            except Exception:
-                logger.exception("lifecycle listener failed")
+        self.listeners.emit_lifecycle(run, subscriber, outcome)

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from durable.engine import clock
 from durable.engine.ports import RunRecord
-from durable.engine.registry import WorkflowDef, registry
+from durable.engine.registry import WorkflowDef
 from durable.engine.runs import clean_input, run_fields
 from durable.exceptions import DurableError, WorkflowNotFound
 
@@ -58,7 +57,7 @@ def event_name(ending: str, workflow: str) -> str:
 def subscribers_for(engine: Engine, workflow: str, ending: str) -> list[str]:
     """Every workflow owed ``run.<ending>:<workflow>``: registered here or advertised by live workers."""
     name = event_name(ending, workflow)
-    local = {wf.name for wf in registry.subscribers(name)}
+    local = {wf.name for wf in engine.registry.subscribers(name)}
     remote = set(engine.fleet.subscribers(name))
     return sorted(local | remote)
 
@@ -107,7 +106,7 @@ def publish(
     another publisher holds the run.
     """
     store = engine.store
-    now = clock.now()
+    now = engine.clock.now()
     # One holder per publish call, even between threads of one process.
     holder = f"{engine.owner}/{uuid.uuid4().hex[:8]}"
     run = store.take_lifecycle_lease(run_id, holder, now, now + PUBLISH_LEASE)
@@ -141,7 +140,7 @@ def _publish_held(
     remaining = [sub for sub in owed if sub not in targets]
     for sub in targets:
         try:
-            wf = registry.get_workflow(sub)
+            wf = engine.registry.get_workflow(sub)
         except WorkflowNotFound:
             report[sub] = "elsewhere"
             if sub in owed or republish:
@@ -187,7 +186,7 @@ def _publish_held(
                 wf,
                 sub_id,
                 value,
-                now=clock.now(),
+                now=engine.clock.now(),
                 namespace=run.namespace,
                 tags=[f"after:{run.workflow}"],
                 search_attributes={"source_run": run.id},
@@ -200,11 +199,11 @@ def _publish_held(
         created = engine.store.finish_lifecycle(
             run.id,
             holder,
-            clock.now(),
+            engine.clock.now(),
             record,
             new_runs,
             [(wf.name, value, run.id, _batch_policy(wf)) for wf, value in batched],
-            make_batch_run,
+            batch_run_maker(engine),
         )
     except DurableError:
         raise
@@ -217,7 +216,9 @@ def _publish_held(
                 coalesced.pop(sub, None)
                 report[sub] = "failed: " + failed[sub]
         record.update(started=started, coalesced=coalesced, failed=failed)
-        created = engine.store.finish_lifecycle(run.id, holder, clock.now(), record, [], [], make_batch_run)
+        created = engine.store.finish_lifecycle(
+            run.id, holder, engine.clock.now(), record, [], [], batch_run_maker(engine)
+        )
     for new_id in created:
         engine.transport.dispatch_turn(new_id)
     for sub, outcome in report.items():
@@ -232,17 +233,27 @@ def _batch_policy(wf: WorkflowDef) -> dict[str, Any]:
     return {"size": wf.batch[0], "window": wf.batch[1]}
 
 
-def make_batch_run(subscriber: str, batch_id: int, events: list[Any]) -> dict[str, Any] | None:
-    """The subscriber run a fired accumulator starts: the last event (debounce) or the list (batch).
+def batch_run_maker(engine: Engine) -> Callable[[str, int, list[Any]], dict[str, Any] | None]:
+    """``make_batch_run(subscriber, batch_id, events)``: the run a fired accumulator starts.
 
+    It starts the subscriber with the last event (debounce) or the list (batch);
     None when the subscriber is not registered in this process (another one fires it).
     """
-    try:
-        wf = registry.get_workflow(subscriber)
-    except WorkflowNotFound:
-        return None
-    kind = "debounce" if wf.debounce is not None else "batch"
-    value = events[-1] if kind == "debounce" else events
-    return run_fields(
-        wf, f"{subscriber}:{kind}:{batch_id}", value, now=clock.now(), namespace="default", tags=[f"lifecycle-{kind}"]
-    )
+
+    def make_batch_run(subscriber: str, batch_id: int, events: list[Any]) -> dict[str, Any] | None:
+        try:
+            wf = engine.registry.get_workflow(subscriber)
+        except WorkflowNotFound:
+            return None
+        kind = "debounce" if wf.debounce is not None else "batch"
+        value = events[-1] if kind == "debounce" else events
+        return run_fields(
+            wf,
+            f"{subscriber}:{kind}:{batch_id}",
+            value,
+            now=engine.clock.now(),
+            namespace="default",
+            tags=[f"lifecycle-{kind}"],
+        )
+
+    return make_batch_run

@@ -141,9 +141,35 @@ class Registry:
         except KeyError:
             raise StepNotFound(f"no step named {name!r} is registered in this process") from None
 
+    def step_timeout(self, name: str) -> float | None:
+        """Seconds one attempt of step ``name`` may take (None: no timeout, or not registered here)."""
+        found = self._steps.get(name)
+        return found.timeout if found is not None else None
+
     def steps(self) -> list[StepDef]:
         with self._lock:
             return list(self._steps.values())
+
+    def resolve_workflow(self, ref: Any) -> WorkflowDef:
+        """A workflow definition from a decorated function or a registered name (newest version)."""
+        wf = getattr(ref, "__durable_workflow__", None)
+        if isinstance(wf, WorkflowDef):
+            return self.get_workflow(wf.name)
+        if isinstance(ref, str):
+            return self.get_workflow(ref)
+        raise WorkflowNotFound(f"{ref!r} is neither a registered workflow function nor a workflow name")
+
+    def resolve_step(self, ref: Any) -> StepDef:
+        """A step definition from a decorated function (its own) or a registered name."""
+        sd = getattr(ref, "__durable_step__", None)
+        if isinstance(sd, StepDef):
+            return sd
+        if isinstance(ref, str):
+            return self.get_step(ref)
+        raise StepNotFound(
+            f"{ref!r} is not a registered step: decorate it with @durable.step, "
+            "or use ctx.local_step(name, fn) for an in-process step"
+        )
 
     def remove(self, name: str) -> None:
         """Forget a workflow (all versions) or step by name. Meant for tests."""
@@ -335,25 +361,13 @@ def step(
 
 
 def resolve_workflow(ref: Any) -> WorkflowDef:
-    """A workflow definition from a decorated function or a registered name (newest version)."""
-    wf = getattr(ref, "__durable_workflow__", None)
-    if isinstance(wf, WorkflowDef):
-        return registry.get_workflow(wf.name)
-    if isinstance(ref, str):
-        return registry.get_workflow(ref)
-    raise WorkflowNotFound(f"{ref!r} is neither a registered workflow function nor a workflow name")
+    """:meth:`Registry.resolve_workflow` on the default registry."""
+    return registry.resolve_workflow(ref)
 
 
 def resolve_step(ref: Any) -> StepDef:
-    sd = getattr(ref, "__durable_step__", None)
-    if isinstance(sd, StepDef):
-        return sd
-    if isinstance(ref, str):
-        return registry.get_step(ref)
-    raise StepNotFound(
-        f"{ref!r} is not a registered step: decorate it with @durable.step, "
-        "or use ctx.local_step(name, fn) for an in-process step"
-    )
+    """:meth:`Registry.resolve_step` on the default registry."""
+    return registry.resolve_step(ref)
 
 
 def timeout_delta(seconds: float | None) -> timedelta | None:

@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from durable.engine import clock
 from durable.engine.ports import CheckpointRecord, CheckpointWrite
 from durable.engine.serialization import error_record, to_json
 
@@ -75,19 +74,19 @@ def _undo_local(ctx: WorkflowContext, comp: Compensation) -> dict[str, Any]:
             return {**entry, "status": "completed"}
         if cp.status == "failed":
             return {**entry, "status": "failed", "error": cp.error}
-        if cp.wake_at is not None and cp.wake_at > clock.now():
+        if cp.wake_at is not None and cp.wake_at > ctx._clock.now():
             raise ctx._suspend(cp.wake_at)
         attempts = cp.attempts
     turn = ctx._turn
     turn.flush()
     attempt = attempts + 1
-    started = clock.now()
+    started = ctx._clock.now()
     try:
         value = to_json(comp.undo(comp.input, comp.output), f"result of {name!r}")
     except Exception as exc:  # noqa: BLE001 - a failing undo is recorded, never raised
         err = error_record(exc)
         if err["retryable"] and attempt <= LOCAL_UNDO_RETRIES:
-            retry_at = clock.now() + timedelta(seconds=attempt)
+            retry_at = ctx._clock.now() + timedelta(seconds=attempt)
             rec = CheckpointRecord(
                 seq=seq,
                 name=name,
@@ -109,7 +108,7 @@ def _undo_local(ctx: WorkflowContext, comp: Compensation) -> dict[str, Any]:
             error=err,
             attempts=attempt,
             started_at=started,
-            finished_at=clock.now(),
+            finished_at=ctx._clock.now(),
         )
         turn.defer(CheckpointWrite(rec, create=cp is None, expect=("pending",)))
         turn.flush()
@@ -122,7 +121,7 @@ def _undo_local(ctx: WorkflowContext, comp: Compensation) -> dict[str, Any]:
         output=value,
         attempts=attempt,
         started_at=started,
-        finished_at=clock.now(),
+        finished_at=ctx._clock.now(),
     )
     turn.defer(CheckpointWrite(rec, create=cp is None, expect=("pending",)))
     turn.flush()

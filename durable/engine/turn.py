@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from durable.engine import clock, lifecycle
+from durable.engine import lifecycle
 from durable.engine.context import WorkflowContext
 from durable.engine.context_base import RUN_TOKEN, WAIT_KINDS
 from durable.engine.ports import (
@@ -32,7 +32,6 @@ from durable.engine.ports import (
     TurnWrites,
     Waiter,
 )
-from durable.engine.registry import registry
 from durable.engine.runs import clean_input, run_fields
 from durable.engine.sagas import Compensation, run_compensations
 from durable.engine.serialization import error_record, to_json
@@ -125,7 +124,7 @@ class Turn:
         if not self.writes:
             return
         self.check_lease()
-        now = clock.now()
+        now = self.engine.clock.now()
         done: CommitResult = self._guard(
             lambda: self.engine.store.commit(self.run.id, self.engine.owner, now, self.lease_until(now), self.writes)
         )
@@ -157,7 +156,7 @@ class Turn:
     ) -> tuple[Any] | None:
         """Take the oldest buffered event matching ``match`` and record it at ``seq``, in one commit."""
         self.flush()
-        now = clock.now()
+        now = self.engine.clock.now()
         got: tuple[Any] | None = self._guard(
             lambda: self.engine.store.take_event(
                 self.run.id, self.engine.owner, now, self.lease_until(now), seq, name, match, create
@@ -278,8 +277,7 @@ def run_turns(
         else:
             results[i] = got
     if claimed:
-        took = (time.monotonic() - started) / len(claimed)
-        engine.turn_seconds = took if not engine.turn_seconds else (engine.turn_seconds + took) / 2
+        engine.stats.record_turns((time.monotonic() - started) / len(claimed))
     if not ready:
         return results
     owner = engine.owner
@@ -332,12 +330,13 @@ def prepare_turn(
     """
     store = engine.store
     owner = engine.owner
+    clock = engine.clock
     now = clock.now()
     run = acquired or store.acquire(run_id, owner, now, now + timedelta(seconds=engine.settings.lease))
     if run is None:
         return None
     try:
-        wf = registry.get_workflow(run.workflow, run.version)
+        wf = engine.registry.get_workflow(run.workflow, run.version)
     except WorkflowNotFound as exc:
         reason = error_record(exc, code="workflow_not_registered", retryable=True)
         return "blocked" if store.block(run.id, owner, now, reason) else "lost"
@@ -443,7 +442,7 @@ def _execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
             return Outcome("failed", error=error_record(exc, code="invalid_output", retryable=False))
         return Outcome("completed", output=output)
     except Suspend:
-        now = clock.now()
+        now = turn.engine.clock.now()
         return Outcome("suspended", wake_at=turn.next_wake(now), waiters=turn.waiters, step_seqs=turn.step_seqs)
     except Blocked as blocked:
         return Outcome("blocked", error=blocked.reason)
@@ -460,7 +459,7 @@ def _cancel(turn: Turn, ctx: WorkflowContext) -> Outcome:
                 name=cp.name,
                 kind=cp.kind,
                 status="failed",
-                finished_at=clock.now(),
+                finished_at=turn.engine.clock.now(),
                 error={
                     "message": "cancelled",
                     "code": "cancelled",
@@ -504,7 +503,7 @@ def _continue_as_new(turn: Turn, value: Any) -> Outcome:
     base, _, counter = run.id.rpartition("~")
     next_id = f"{base}~{int(counter) + 1}" if base and counter.isdigit() else f"{run.id}~1"
     try:
-        wf = registry.get_workflow(run.workflow)
+        wf = turn.engine.registry.get_workflow(run.workflow)
         cleaned = clean_input(wf, value, turn.engine.settings.max_payload_bytes)
     except DurableError as exc:
         return Outcome("failed", error=error_record(exc, code="continue_as_new_failed", retryable=False))
@@ -512,7 +511,7 @@ def _continue_as_new(turn: Turn, value: Any) -> Outcome:
         wf,
         next_id,
         cleaned,
-        now=clock.now(),
+        now=turn.engine.clock.now(),
         namespace=run.namespace,
         tags=list(run.tags),
         search_attributes=dict(run.search_attributes),
@@ -526,7 +525,7 @@ def _continue_as_new(turn: Turn, value: Any) -> Outcome:
 def _lost(engine: Engine, run_id: str) -> str:
     """A commit was refused. Usually the lease is gone (cancel, takeover) and this changes
     nothing; if it is still ours (a step claim was taken away), hand the run back at once."""
-    now = clock.now()
+    now = engine.clock.now()
     try:
         if engine.store.release(run_id, engine.owner, now, now, False):
             engine.transport.dispatch_turn(run_id)
@@ -536,7 +535,7 @@ def _lost(engine: Engine, run_id: str) -> str:
 
 
 def _hand_back(engine: Engine, runs: list[RunRecord]) -> None:
-    now = clock.now()
+    now = engine.clock.now()
     for run in runs:
         try:
             engine.store.release(run.id, engine.owner, now, run.wake_at or now, False)
@@ -547,7 +546,7 @@ def _hand_back(engine: Engine, runs: list[RunRecord]) -> None:
 def _abandon(engine: Engine, run_id: str, exc: BaseException) -> str:
     """Give the run back after an infrastructure error, counting it as a recovery."""
     logger.warning("turn of %s abandoned: %s", run_id, exc, exc_info=exc)
-    now = clock.now()
+    now = engine.clock.now()
     try:
         status = engine.store.release(
             run_id, engine.owner, now, now + FAULT_RETRY, True, engine.settings.max_recovery_attempts

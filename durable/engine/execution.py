@@ -22,8 +22,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from durable.engine import clock
-from durable.engine.registry import registry
 from durable.engine.serialization import error_record, to_json
 from durable.exceptions import StepNotFound
 
@@ -65,7 +63,7 @@ def heartbeat(engine: Engine, progress: Any = None) -> bool:
     info = _current.get()
     if info is None:
         return False
-    now = clock.now()
+    now = engine.clock.now()
     last = _last_beat.get()
     if last is not None and (now - last).total_seconds() < engine.settings.heartbeat_interval:
         return False
@@ -95,9 +93,9 @@ def running(info: StepInfo) -> Iterator[None]:
 def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool = True) -> str:
     """Claim, run and settle step ``seq`` of ``run_id``. Returns what happened."""
     store = engine.store
-    now = clock.now()
+    now = engine.clock.now()
     lease = timedelta(seconds=engine.settings.step_execution_lease)
-    claim = store.claim_step(run_id, seq, engine.owner, now, now + lease, _timeout_of)
+    claim = store.claim_step(run_id, seq, engine.owner, now, now + lease, engine.registry.step_timeout)
     if claim is None:
         # Nothing to run: settled, in flight elsewhere, not due yet, or the run is over.
         # A settled step may be a re-delivery whose resume got lost: re-drive it.
@@ -105,7 +103,7 @@ def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool =
             _continue(engine, run_id, continue_turn)
         return "skipped"
     try:
-        sd = registry.get_step(claim.name)
+        sd = engine.registry.get_step(claim.name)
     except StepNotFound as exc:
         error = error_record(exc, code="step_not_registered", retryable=False)
         _settle(engine, run_id, seq, continue_turn, error=error)
@@ -113,7 +111,7 @@ def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool =
 
     hold = engine.keeper.hold(
         engine.settings.step_execution_lease / 3,
-        lambda: store.renew_step(run_id, seq, engine.owner, clock.now() + lease),
+        lambda: store.renew_step(run_id, seq, engine.owner, engine.clock.now() + lease),
         lambda: None,  # the step keeps running; its result is still accepted if unsettled
     )
     args = claim.input or {}
@@ -124,7 +122,9 @@ def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool =
         err = error_record(exc)
         delay = retry_delay(sd, err, claim.attempt)
         if delay is not None:
-            store.finish_step(run_id, seq, clock.now(), error=err, retry_at=clock.now() + timedelta(seconds=delay))
+            store.finish_step(
+                run_id, seq, engine.clock.now(), error=err, retry_at=engine.clock.now() + timedelta(seconds=delay)
+            )
             engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay)
             return "retrying"
         _settle(engine, run_id, seq, continue_turn, error=err)
@@ -143,13 +143,6 @@ def retry_delay(sd: Any, error: dict[str, Any], attempt: int) -> float | None:
     return None
 
 
-def _timeout_of(name: str) -> float | None:
-    try:
-        return registry.get_step(name).timeout
-    except StepNotFound:
-        return None
-
-
 def _settle(
     engine: Engine, run_id: str, seq: int, inline: bool, *, output: Any = None, error: dict[str, Any] | None = None
 ) -> None:
@@ -159,7 +152,7 @@ def _settle(
     this worker runs the next turn at once (no wake write, no acquire, no
     hop). Otherwise the next turn is dispatched.
     """
-    now = clock.now()
+    now = engine.clock.now()
     if inline:
         lease_until = now + timedelta(seconds=engine.settings.lease)
         run = engine.store.finish_step_and_acquire(
