@@ -16,6 +16,7 @@ from durable.engine.registry import registry
 from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
 from durable.runtime import get_engine
 from durable.testing import drive, fake_clock, run_until_settled
+from tests.timing import settle_advancing
 
 pytestmark = pytest.mark.django_db
 
@@ -349,7 +350,8 @@ def test_local_step_retry_delay_is_a_durable_timer():
 
 
 def test_dispatched_step_retries_then_fails():
-    run = run_until_settled(durable.start(e_step_fails), timeout=15)
+    with fake_clock() as fc:  # the fixed backoff's seconds pass in fake time
+        run = settle_advancing(durable.start(e_step_fails), fc)
     assert run.status == "failed"
     assert calls["e_always_fails"] == 3
     cp = Checkpoint.objects.get(run_id=run.id, seq=1)
@@ -410,7 +412,7 @@ def test_sleep_until_in_the_past_does_not_suspend():
 
 def test_sleep_until_waits_in_real_time():
     soon = (clock.now() + timedelta(milliseconds=300)).isoformat()
-    run = run_until_settled(durable.start(e_sleep_until, soon), timeout=5)
+    run = run_until_settled(durable.start(e_sleep_until, soon), timeout=60)
     assert run.status == "completed"
 
 
@@ -561,8 +563,9 @@ def test_failing_write_reruns_only_the_unfinished_step(monkeypatch):
 
     monkeypatch.setattr(store, "commit", flaky_commit)
     try:
-        run_id = durable.start("e_two_local")
-        run = run_until_settled(run_id)
+        with fake_clock() as fc:  # the abandoned turn, handed back, falls due in fake time
+            run_id = durable.start("e_two_local")
+            run = settle_advancing(run_id, fc)
     finally:
         registry.remove("e_two_local")
     assert run.status == "completed"

@@ -27,7 +27,10 @@ from typing import Any
 
 import pytest
 
+from durable.api import RunInfo
+from durable.engine.durations import Duration
 from durable.engine.leases import LeaseKeeper
+from durable.testing import FakeClock, run_until_settled
 
 
 @dataclass
@@ -138,3 +141,18 @@ def spend(seconds: float) -> None:
     """From workflow code: this much (fake) time passed in the turn. No-op without a timer."""
     if _active is not None:
         _active.advance(seconds)
+
+
+def settle_advancing(run_id: str, clock: FakeClock, step: Duration = "1s", *, limit: int = 100) -> RunInfo:
+    """Drive ``run_id`` to a terminal status, moving the fake clock ``step`` at a time while it waits.
+
+    For retries and backoffs: each falls due when (fake) time reaches it, never
+    by waiting for real time. Fails after ``limit`` steps.
+    """
+    run = run_until_settled(run_id)
+    for _ in range(limit):
+        if run.is_terminal:
+            return run
+        clock.advance(step)
+        run = run_until_settled(run_id)
+    pytest.fail(f"{run_id} still {run.status} after {limit} steps of {step}")
