@@ -17,11 +17,25 @@ class DurableConfig(AppConfig):
 
         # Every installed app's workflows.py registers its workflows and steps.
         autodiscover_modules("workflows")
+        self._declare_tasks()
         checks.register(check_settings, "durable")
         if _is_dev_server():
             from durable.worker import start_embedded
 
             start_embedded()
+
+    @staticmethod
+    def _declare_tasks() -> None:
+        """With the durable Tasks backend configured, declare its workflow and steps here too."""
+        from django.conf import settings
+
+        tasks = getattr(settings, "TASKS", None)
+        if tasks and any(
+            isinstance(p, dict) and p.get("BACKEND") == "durable.tasks_backend.DurableBackend" for p in tasks.values()
+        ):
+            from durable.tasks_backend import register_configured_backends
+
+            register_configured_backends(tasks)
 
 
 def _is_dev_server() -> bool:
