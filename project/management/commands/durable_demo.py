@@ -38,10 +38,25 @@ class Command(BaseCommand):
                 "demo-trip-2",
             ),
         ]
-        for workflow, data, run_id in runs:
+        new = [(workflow, data, run_id) for workflow, data, run_id in runs if not _exists(run_id)]
+        for workflow, data, run_id in new:
             durable.start(workflow, data, run_id=run_id, tags=["demo"])
+        if not new:
+            self.stdout.write(f"nothing new started: the {len(runs)} example runs exist already")
+            return
+        existing = len(runs) - len(new)
         self.stdout.write(
-            f"{len(runs)} example runs started; send the onboarding its signal with\n"
+            f"{len(new)} example runs started"
+            + (f" ({existing} existed already)" if existing else "")
+            + "; send the onboarding its signal with\n"
             '  .venv/bin/python manage.py shell -c "import durable; '
             "durable.signal('demo-onboarding-1', 'email_confirmed', 'now')\""
         )
+
+
+def _exists(run_id: str) -> bool:
+    try:
+        durable.get_run(run_id)
+    except durable.RunNotFound:
+        return False
+    return True
