@@ -18,7 +18,14 @@ class DurableConfig(AppConfig):
         # Every installed app's workflows.py registers its workflows and steps.
         autodiscover_modules("workflows")
         self._declare_tasks()
+        # SQLite connections are set up for several writers (WAL, busy timeout, BEGIN IMMEDIATE).
+        from django.db.backends.signals import connection_created
+
+        from durable.sqlite import check_sqlite, configure_connection
+
+        connection_created.connect(configure_connection, dispatch_uid="durable.sqlite")
         checks.register(check_settings, "durable")
+        checks.register(check_sqlite, "durable")
         if _is_dev_server():
             from durable.worker import start_embedded
 

@@ -1,0 +1,48 @@
+"""Start N runs from N threads of this process, then wait (bounded) until every run of this process settles.
+
+Run as ``python -m tests.sqlite_starter PREFIX N`` under tests.sqlite_plain_settings;
+prints one JSON line: the statuses of its runs and the errors the starts raised.
+"""
+
+import json
+import os
+import sys
+import threading
+import time
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.sqlite_plain_settings")
+
+import django
+
+django.setup()
+
+import durable  # noqa: E402
+from durable.models import Run  # noqa: E402
+
+prefix, count = sys.argv[1], int(sys.argv[2])
+errors: list[str] = []
+barrier = threading.Barrier(count)
+
+
+def start(i: int) -> None:
+    barrier.wait()
+    try:
+        durable.start("sqlite_busy", {}, run_id=f"{prefix}-{i}")
+    except Exception as exc:  # reported, not raised: the test counts them
+        errors.append(f"{type(exc).__name__}: {exc}")
+
+
+threads = [threading.Thread(target=start, args=(i,)) for i in range(count)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+deadline = time.monotonic() + 120
+ids = [f"{prefix}-{i}" for i in range(count)]
+created = Run.objects.filter(id__in=ids).count()  # a start that failed left nothing to wait for
+while time.monotonic() < deadline:
+    if Run.objects.filter(id__in=ids, status="completed").count() == created:
+        break
+    time.sleep(0.05)
+statuses = dict(Run.objects.filter(id__in=ids).values_list("id", "status"))
+print(json.dumps({"statuses": statuses, "errors": errors}))
