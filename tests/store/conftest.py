@@ -32,6 +32,7 @@ def at(seconds: float) -> datetime:
 LEASE = at(30)
 
 STORES = [
+    pytest.param("memory", id="memory"),
     pytest.param("portable", id="portable", marks=pytest.mark.django_db),
     pytest.param("postgres", id="postgres", marks=[pytest.mark.django_db, pytest.mark.postgres]),
 ]
@@ -58,8 +59,9 @@ def _database_store(kind: str) -> Any:
 def store(request: pytest.FixtureRequest) -> Any:
     kind = request.param
     if kind == "memory":
-        memory = pytest.importorskip("durable.store.memory")
-        return memory.MemoryStore()
+        from durable.store.memory import MemoryStore
+
+        return MemoryStore()
     if kind == "postgres":
         from django.db import connection
 

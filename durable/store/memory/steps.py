@@ -1,0 +1,149 @@
+"""Dispatched steps in memory: claim, heartbeat and settle under compare-and-set."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from durable.engine.ports import RunRecord, StepClaim
+from durable.engine.vocab import ACTIVE, SETTLED, UNSETTLED, CheckpointKind, CheckpointStatus, RunStatus
+from durable.store.memory.base import MemoryBase, atomically
+from durable.store.memory.tables import Row, as_json, run_record
+
+
+class StepsPart(MemoryBase):
+    # Provided by RunsPart: the store is one class made of these parts.
+    _take: Callable[[Row, str, datetime, datetime], None]
+
+    def _checkpoint(self, run_id: str, seq: int) -> Row | None:
+        return self.tables.checkpoints.get(run_id, {}).get(seq)
+
+    @atomically
+    def claim_step(
+        self,
+        run_id: str,
+        seq: int,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        timeout_of: Callable[[str], float | None] = lambda name: None,
+    ) -> StepClaim | None:
+        """Claim a pending, due step of an active run for ``owner`` (one attempt counted)."""
+        cp = self._checkpoint(run_id, seq)
+        if cp is None or cp["kind"] != CheckpointKind.STEP or cp["status"] != CheckpointStatus.PENDING:
+            return None
+        if cp["retry_at"] is not None and cp["retry_at"] > now:
+            return None  # a retry that is not due yet
+        run = self.tables.runs.get(run_id)
+        if run is None or run["status"] not in ACTIVE:
+            return None
+        timeout = timeout_of(cp["name"])
+        self.tables.set(
+            cp,
+            status=CheckpointStatus.RUNNING,
+            attempts=cp["attempts"] + 1,
+            locked_by=owner,
+            wake_at=lease_until,
+            dispatches=0,
+            started_at=now,
+            timeout_at=now + timedelta(seconds=timeout) if timeout else None,
+        )
+        return StepClaim(run_id, seq, cp["name"], as_json(cp["input"]), cp["attempts"], run["namespace"])
+
+    @atomically
+    def renew_step(self, run_id: str, seq: int, owner: str, lease_until: datetime) -> bool:
+        cp = self._checkpoint(run_id, seq)
+        if cp is None or cp["status"] != CheckpointStatus.RUNNING or cp["locked_by"] != owner:
+            return False
+        self.tables.set(cp, wake_at=lease_until)
+        return True
+
+    @atomically
+    def heartbeat_step(self, run_id: str, seq: int, now: datetime, progress: Any, lease_until: datetime) -> None:
+        """Record liveness and progress; push the execution lease out once half of it is spent."""
+        cp = self._checkpoint(run_id, seq)
+        if cp is None or cp["status"] != CheckpointStatus.RUNNING:
+            return
+        self.tables.set(cp, heartbeat_at=now, progress=as_json(progress))
+        half = now + (lease_until - now) / 2
+        if cp["wake_at"] is not None and cp["wake_at"] < half:
+            self.tables.set(cp, wake_at=lease_until)
+
+    @atomically
+    def finish_step(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        *,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+        retry_at: datetime | None = None,
+    ) -> bool:
+        """Settle (or schedule the retry of) a dispatched step; wake its run.
+
+        Returns True when the run was woken. Results for missing, cancelled or
+        completed runs are dropped; a late result for a failed run is kept
+        (for a requeue) without resuming it. A settled checkpoint is never
+        changed, but a duplicate result still wakes a suspended run.
+        """
+        run = self.tables.runs.get(run_id)
+        if run is None or run["status"] in (RunStatus.CANCELLED, RunStatus.COMPLETED):
+            return False
+        cp = self._checkpoint(run_id, seq)
+        open_cp = cp if cp is not None and cp["status"] in UNSETTLED else None
+        if retry_at is not None:
+            if open_cp is not None:
+                self.tables.set(
+                    open_cp,
+                    status=CheckpointStatus.PENDING,
+                    error=as_json(error),
+                    retry_at=retry_at,
+                    wake_at=retry_at,
+                    locked_by=None,
+                )
+            return False
+        if open_cp is not None:
+            settled = CheckpointStatus.FAILED if error is not None else CheckpointStatus.COMPLETED
+            self.tables.set(
+                open_cp,
+                status=settled,
+                output=as_json(output) if error is None else None,
+                error=as_json(error),
+                wake_at=None,
+                finished_at=now,
+                locked_by=None,
+            )
+        return bool(self._wake([run_id], now))
+
+    @atomically
+    def finish_step_and_acquire(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        owner: str,
+        lease_until: datetime,
+        *,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> RunRecord | None:
+        """:meth:`finish_step`, then the woken run leased to ``owner`` (its next turn), in one write.
+
+        None when the run was not woken (running elsewhere, blocked, over).
+        """
+        if not self.finish_step(run_id, seq, now, output=output, error=error):
+            return None
+        row = self.tables.runs[run_id]
+        self._take(row, owner, now, lease_until)
+        return run_record(row)
+
+    @atomically
+    def poke_if_settled(self, run_id: str, seq: int, now: datetime) -> bool:
+        cp = self._checkpoint(run_id, seq)
+        return cp is not None and cp["status"] in SETTLED and bool(self._wake([run_id], now))
+
+    @atomically
+    def poke(self, run_id: str, now: datetime) -> bool:
+        return bool(self._wake([run_id], now))

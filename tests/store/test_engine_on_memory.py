@@ -1,0 +1,224 @@
+"""The engine on the memory store: workflows run to completion with no database at all.
+
+Nothing here is marked ``django_db``: the store is a MemoryStore, the
+transport is the manual one (nothing runs behind the test's back), and time
+is a fake clock that moves only when the test says so.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+import durable
+from durable.engine import clock as engine_clock
+from durable.engine.core import Engine
+from durable.engine.durations import Duration, parse_duration
+from durable.engine.leases import LeaseKeeper
+from durable.engine.registry import registry
+from durable.engine.runs import run_fields
+from durable.engine.vocab import CheckpointKind, CheckpointStatus, RunStatus
+from durable.store.memory import MemoryStore
+from durable.transports.manual import ManualTransport
+
+START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+calls: Counter[str] = Counter()
+attempts: Counter[str] = Counter()
+
+
+class StepClock:
+    """A clock that stands still until the test advances it."""
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, duration: Duration) -> None:
+        with self._lock:
+            self._now += parse_duration(duration)
+
+
+SETTINGS = SimpleNamespace(
+    transport="manual",
+    lease=30.0,
+    reconcile_after=300.0,
+    max_recovery_attempts=5,
+    worker_interval=1.0,
+    worker_threads=1,
+    embedded_worker=False,
+    default_namespace="default",
+    step_execution_lease=60.0,
+    step_lease=None,
+    step_redispatch_max=3,
+    heartbeat_interval=5.0,
+    max_payload_bytes=1024 * 1024,
+    sweep_batch=100,
+    fleet_check=False,
+    eager_steps=False,
+    fleet_ttl=30.0,
+    prepared_statements=False,
+)
+
+
+@durable.step
+def m_tax(amount: int) -> int:
+    calls["m_tax"] += 1
+    return amount + amount // 10
+
+
+@durable.step(retries=2, backoff="fixed")
+def m_flaky(value: str) -> str:
+    attempts["m_flaky"] += 1
+    if attempts["m_flaky"] < 2:
+        raise ConnectionError("down")
+    return value.upper()
+
+
+@durable.workflow(name="m_order")
+def m_order(ctx: durable.WorkflowContext, data: dict[str, int]) -> dict[str, Any]:
+    price = ctx.local_step("price", lambda: calls.update(["price"]) or data["qty"] * 30)
+    ctx.sleep("1h")
+    approval = ctx.wait_signal("approve")
+    taxed = ctx.step(m_tax, price)
+    return {"price": price, "approval": approval, "taxed": taxed}
+
+
+@durable.workflow(name="m_two_signals")
+def m_two_signals(ctx: durable.WorkflowContext) -> list[Any]:
+    return [ctx.wait_signal("item"), ctx.wait_signal("item")]
+
+
+@durable.workflow(name="m_retry")
+def m_retry(ctx: durable.WorkflowContext) -> str:
+    return str(ctx.step(m_flaky, "ok"))
+
+
+@durable.workflow(name="m_kid")
+def m_kid(ctx: durable.WorkflowContext, n: int) -> int:
+    return n * 2
+
+
+@durable.workflow(name="m_parent")
+def m_parent(ctx: durable.WorkflowContext) -> int:
+    return int(ctx.child(m_kid, 21)) + 1
+
+
+@pytest.fixture
+def fake() -> Iterator[StepClock]:
+    fake = StepClock(START)
+    install = getattr(engine_clock, "install", None)
+    previous = install(fake) if install is not None else None
+    yield fake
+    if install is not None:
+        install(previous)
+
+
+@pytest.fixture
+def store(fake: StepClock) -> MemoryStore:
+    return MemoryStore(clock=fake)
+
+
+@pytest.fixture
+def engine(store: MemoryStore, fake: StepClock) -> Engine:
+    calls.clear()
+    attempts.clear()
+    wanted = inspect.signature(Engine).parameters
+    extra: dict[str, Any] = {"registry": registry, "clock": fake}
+    kwargs = {name: value for name, value in extra.items() if name in wanted}
+    return Engine(store, ManualTransport(), SETTINGS, owner="memory-test", keeper=LeaseKeeper(), **kwargs)
+
+
+def start(store: MemoryStore, fake: StepClock, workflow: str, run_id: str, value: Any = None) -> None:
+    wf = registry.get_workflow(workflow)
+    assert store.create_run(run_fields(wf, run_id, value, now=fake.now(), namespace="default"))
+
+
+def kinds(store: MemoryStore, run_id: str) -> list[tuple[int, str, str]]:
+    return [(seq, cp.kind, cp.status) for seq, cp in store.load_checkpoints(run_id).items()]
+
+
+def test_a_workflow_with_a_local_step_a_sleep_a_signal_and_a_step_completes(
+    engine: Engine, store: MemoryStore, fake: StepClock
+) -> None:
+    start(store, fake, "m_order", "o1", {"qty": 2})
+    assert engine.run_turn("o1") == RunStatus.SUSPENDED
+    assert kinds(store, "o1") == [(1, CheckpointKind.LOCAL, "completed"), (2, CheckpointKind.SLEEP, "pending")]
+    assert store.get_run("o1").wake_at == START + timedelta(hours=1)
+    assert engine.run_turn("o1") is None  # not due yet
+    fake.advance("1h")
+    assert engine.run_turn("o1") == RunStatus.SUSPENDED
+    assert kinds(store, "o1")[1:] == [(2, "sleep", "completed"), (3, "signal", "pending")]
+    assert store.signal("o1", "approve", {"by": "ann"}, fake.now()) is True
+    assert engine.run_turn("o1") == RunStatus.SUSPENDED
+    assert kinds(store, "o1")[2:] == [(3, "signal", "completed"), (4, "step", "pending")]
+    assert store.due_steps(fake.now(), 10) == [("o1", 4, None)]
+    assert engine.execute_step("o1", 4) == "completed"
+    run = store.get_run("o1")
+    assert (run.status, run.output) == ("completed", {"price": 60, "approval": {"by": "ann"}, "taxed": 66})
+    assert (calls["price"], calls["m_tax"]) == (1, 1)
+    assert engine.execute_step("o1", 4) == "skipped"  # a re-delivery finds it settled
+    assert calls["m_tax"] == 1
+    assert (run.locked_by, run.wake_at, store.tables.waiters) == (None, None, {})
+
+
+def test_signals_sent_before_the_waits_are_consumed_in_order(
+    engine: Engine, store: MemoryStore, fake: StepClock
+) -> None:
+    start(store, fake, "m_two_signals", "s1")
+    engine.run_turn("s1")
+    assert store.signal("s1", "item", "first", fake.now()) is True
+    assert store.signal("s1", "item", "second", fake.now()) is True  # still suspended: woken again
+    assert engine.run_turn("s1") == RunStatus.COMPLETED
+    assert store.get_run("s1").output == ["first", "second"]
+    assert store.next_signal("s1", "item", []) is None
+
+
+def test_a_dispatched_step_retry_waits_for_its_backoff_on_the_fake_clock(
+    engine: Engine, store: MemoryStore, fake: StepClock
+) -> None:
+    start(store, fake, "m_retry", "r1")
+    assert engine.run_turn("r1") == RunStatus.SUSPENDED
+    assert engine.execute_step("r1", 1) == "retrying"
+    cp = store.load_checkpoints("r1")[1]
+    assert (cp.status, cp.attempts, cp.error["type"]) == (CheckpointStatus.PENDING, 1, "ConnectionError")
+    assert engine.execute_step("r1", 1) == "skipped"  # the retry is not due yet
+    assert cp.retry_at is not None
+    fake.advance(cp.retry_at - fake.now())
+    assert engine.execute_step("r1", 1) == "completed"
+    run = store.get_run("r1")
+    assert (run.status, run.output, attempts["m_flaky"]) == ("completed", "OK", 2)
+    assert store.load_checkpoints("r1")[1].attempts == 2
+
+
+def test_a_child_completing_wakes_its_waiting_parent(engine: Engine, store: MemoryStore, fake: StepClock) -> None:
+    start(store, fake, "m_parent", "p1")
+    assert engine.run_turn("p1") == RunStatus.SUSPENDED
+    (child_id,) = [run_id for run_id, row in store.tables.runs.items() if row["parent_id"] == "p1"]
+    assert store.get_run(child_id).status == RunStatus.PENDING
+    assert engine.run_turn(child_id) == RunStatus.COMPLETED
+    assert store.get_run("p1").wake_at == fake.now()  # woken by the child's commit
+    assert engine.run_turn("p1") == RunStatus.COMPLETED
+    assert store.get_run("p1").output == 43
+
+
+def test_a_turn_that_lost_its_run_to_a_cancel_writes_nothing(
+    engine: Engine, store: MemoryStore, fake: StepClock
+) -> None:
+    start(store, fake, "m_order", "c1", {"qty": 1})
+    engine.run_turn("c1")
+    store.cancel("c1", fake.now())
+    fake.advance("1h")
+    assert engine.run_turn("c1") is None
+    assert kinds(store, "c1") == [(1, "local", "completed"), (2, "sleep", "pending")]
+    assert store.get_run("c1").status == RunStatus.CANCELLED
