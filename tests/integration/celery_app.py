@@ -1,7 +1,7 @@
 """Celery application of the integration suite; mirrors ``project/celery.py``.
 
-    celery -A tests.integration.celery_app worker -Q durable,alpha
-    celery -A tests.integration.celery_app beat
+celery -A tests.integration.celery_app worker -Q durable,alpha
+celery -A tests.integration.celery_app beat
 """
 
 from __future__ import annotations

@@ -20,13 +20,18 @@ SETTINGS_ENV = "DURABLE_IT_SETTINGS"  # JSON: DURABLE options on top of BASE_DUR
 LOG_ENV = "DURABLE_IT_LOG"  # file that steps append one JSON line per execution to
 READY_ENV = "DURABLE_IT_READY_FILE"  # written by the worker once it consumes
 
-# Short leases so that a killed worker is noticed within seconds:
+# Leases no busy machine outlasts by accident: a live worker always keeps what it holds.
+# A test that needs a lease to lapse (a killed worker's) says so: it writes the lease
+# into the past (tests.integration.harness.lapse_*), then lets the sweeps find it.
 # LEASE          a turn's run lease (renewed every LEASE/3 while the turn runs);
-# STEP_EXECUTION_LEASE  a running step's lease (renewed by the worker's lease keeper).
+# STEP_EXECUTION_LEASE  a running step's lease (renewed by the worker's lease keeper
+#                and by the step's heartbeats);
+# STEP_LEASE     a dispatched step's lease until a worker claims it (lost-dispatch self-heal).
 BASE_DURABLE: dict[str, Any] = {
     "TRANSPORT": "celery",
-    "LEASE": "2s",
-    "STEP_EXECUTION_LEASE": "2s",
+    "LEASE": "2m",
+    "STEP_EXECUTION_LEASE": "2m",
+    "STEP_LEASE": "2m",
     "HEARTBEAT_INTERVAL": "200ms",
 }
 

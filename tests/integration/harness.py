@@ -21,6 +21,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -29,7 +30,8 @@ import pytest
 import redis
 from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
-from django.db.models import Count
+from django.db.models import Count, Q
+from django.utils import timezone
 
 from durable import sweeps
 from durable.models import Checkpoint, Run
@@ -38,7 +40,7 @@ from tests.integration.common import BROKER_ENV, LOG_ENV, READY_ENV, SETTINGS_EN
 from tests.integration.workflows import read_log
 
 REPO = Path(__file__).resolve().parents[2]
-SETTLE = 25.0  # default deadline of explicit waits (seconds)
+SETTLE = 90.0  # default deadline of explicit waits (seconds): only a stuck run reaches it
 DB_ERRORS = (OperationalError, InterfaceError, DatabaseError)
 
 
@@ -165,21 +167,32 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def spawn_worker(self, name: str, queues: Iterable[str] = ("durable", "alpha", "beta"), *,
-                     concurrency: int = 2, env: dict[str, str] | None = None) -> Proc:
+    def spawn_worker(
+        self,
+        name: str,
+        queues: Iterable[str] = ("durable", "alpha", "beta"),
+        *,
+        concurrency: int = 2,
+        env: dict[str, str] | None = None,
+    ) -> Proc:
         queues = tuple(queues)
         proc = self._spawn(
             name,
             [
                 "worker",
-                "-Q", ",".join(queues),
-                "-P", "threads",
-                "-c", str(concurrency),
-                "-n", f"{name}-{os.getpid()}@%h",
+                "-Q",
+                ",".join(queues),
+                "-P",
+                "threads",
+                "-c",
+                str(concurrency),
+                "-n",
+                f"{name}-{os.getpid()}@%h",
                 "--without-mingle",
                 "--without-gossip",
                 "--without-heartbeat",
-                "-l", "INFO",
+                "-l",
+                "INFO",
             ],
             ready=True,
             env=env,
@@ -187,16 +200,19 @@ class Cluster:
         proc.queues = queues
         return proc
 
-    def wait_ready(self, *procs: Proc, timeout: float = 30.0) -> None:
+    def wait_ready(self, *procs: Proc, timeout: float = SETTLE) -> None:
         def ready() -> bool:
             for p in procs:
                 if not p.alive():
-                    pytest.fail(f"worker {p.name} exited with {p.popen.returncode}:\n{p.output(60)}",
-                                pytrace=False)
+                    pytest.fail(f"worker {p.name} exited with {p.popen.returncode}:\n{p.output(60)}", pytrace=False)
             return all(p.ready_file is not None and p.ready_file.exists() for p in procs)
 
-        wait_until(ready, f"workers {[p.name for p in procs]} to consume their queues", timeout=timeout,
-                   diagnostics=self.diagnostics)
+        wait_until(
+            ready,
+            f"workers {[p.name for p in procs]} to consume their queues",
+            timeout=timeout,
+            diagnostics=self.diagnostics,
+        )
 
     def workers(self, *specs: tuple[str, Iterable[str]], concurrency: int = 2) -> list[Proc]:
         """Start several workers at once and wait until all of them consume."""
@@ -249,11 +265,15 @@ class Cluster:
         try:
             for run in Run.objects.order_by("created_at"):
                 code = run.error and run.error.get("code")
-                parts.append(f"run {run.id} {run.status} locked_by={run.locked_by} until={run.locked_until} "
-                             f"wake={run.wake_at} rec={run.recovery_attempts} err={code}")
+                parts.append(
+                    f"run {run.id} {run.status} locked_by={run.locked_by} until={run.locked_until} "
+                    f"wake={run.wake_at} rec={run.recovery_attempts} err={code}"
+                )
                 for cp in Checkpoint.objects.filter(run_id=run.id).order_by("seq"):
-                    parts.append(f"   #{cp.seq} {cp.kind} {cp.name} {cp.status} attempts={cp.attempts} "
-                                 f"wake={cp.wake_at} dispatches={cp.dispatches}")
+                    parts.append(
+                        f"   #{cp.seq} {cp.kind} {cp.name} {cp.status} attempts={cp.attempts} "
+                        f"wake={cp.wake_at} dispatches={cp.dispatches}"
+                    )
         except DB_ERRORS as exc:
             connections.close_all()
             parts.append(f"(database unavailable: {exc!r})")
@@ -327,13 +347,74 @@ class Sweeper:
             self.ticks += 1
             self._stop.wait(self.interval)
 
-    def wait_ticks(self, n: int, timeout: float = 10.0) -> None:
+    def wait_ticks(self, n: int, timeout: float = SETTLE) -> None:
         target = self.ticks + n
         wait_until(lambda: self.ticks >= target, f"{n} more sweeper ticks", timeout=timeout)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(timeout=10)
+
+
+# -- leases made to lapse ------------------------------------------------------
+#
+# The workers keep leases far longer than any test waits (common.BASE_DURABLE). Where a
+# test needs one to lapse (its holder was killed, its message lost), it writes the expiry
+# into the past, as the passing of the lease window would, and the next sweep acts on it.
+
+
+def _past() -> Any:
+    return timezone.now() - timedelta(seconds=1)
+
+
+def lapse_run_leases(run_ids: Iterable[str]) -> int:
+    """The turn leases of these runs (those still ``running``) run out now; returns how many."""
+    return Run.objects.filter(id__in=list(run_ids), status="running").update(locked_until=_past())
+
+
+def lapse_leases_of(proc: Proc) -> int:
+    """Every lease a killed process held (its turns' and its steps') runs out now; returns how many."""
+    owner = Q(locked_by__contains=f":{proc.pid}:")  # owner ids are host:pid:suffix
+    runs = Run.objects.filter(owner, status="running").update(locked_until=_past())
+    steps = Checkpoint.objects.filter(owner, kind="step", status="running").update(wake_at=_past())
+    return runs + steps
+
+
+def lapse_step_leases(run_ids: Iterable[str], status: str, seq: int | None = None) -> int:
+    """The leases of these runs' steps in ``status`` run out now; returns how many.
+
+    ``running``: the execution lease of a claimed step (its worker died);
+    ``pending``: the dispatch lease of a step no worker claimed (its message was lost).
+    """
+    steps = Checkpoint.objects.filter(run_id__in=list(run_ids), kind="step", status=status)
+    if seq is not None:
+        steps = steps.filter(seq=seq)
+    return steps.update(wake_at=_past())
+
+
+def lapse_when_stalled(
+    lapse: Callable[[], int], progress: Callable[[], Any], *, stall: float = 5.0
+) -> Callable[[], None]:
+    """A hook for a waiting loop: when ``progress()`` has not changed for ``stall`` seconds, ``lapse()``.
+
+    For outages, where what was cut off is only known afterwards: work that waits
+    on a lease (a dispatch whose message was lost, a turn or step whose write
+    failed) makes no progress until that lease lapses; the hook makes it lapse
+    then, as the lease window passing would. On a slow machine it may lapse a
+    lease whose holder is alive but slow: the engine must (and does) cope with
+    that too, so the outcome never depends on the machine's speed.
+    """
+    state = {"seen": progress(), "since": time.monotonic()}
+
+    def check() -> None:
+        now, seen = time.monotonic(), progress()
+        if seen != state["seen"]:
+            state.update(seen=seen, since=now)
+        elif now - state["since"] >= stall:
+            lapse()
+            state["since"] = now
+
+    return check
 
 
 # -- accounting ----------------------------------------------------------------
@@ -381,8 +462,12 @@ def account(cluster: Cluster, run_ids: Iterable[str]) -> Accounting:
     )
 
 
-PIPELINE_SHAPE = [(1, "step", "alpha.inc"), (2, "local", "after_1"), (3, "step", "beta.double"),
-                  (4, "step", "alpha.square")]
+PIPELINE_SHAPE = [
+    (1, "step", "alpha.inc"),
+    (2, "local", "after_1"),
+    (3, "step", "beta.double"),
+    (4, "step", "alpha.square"),
+]
 
 
 def assert_pipeline_history(acc: Accounting, run: str) -> None:

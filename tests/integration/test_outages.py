@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,13 @@ from django.db import connections
 import durable
 from durable.models import Checkpoint, Run
 from tests.integration.harness import (
+    SETTLE,
     account,
     assert_executions_match_attempts,
     assert_pipeline_history,
+    lapse_run_leases,
+    lapse_step_leases,
+    lapse_when_stalled,
     wait_until,
 )
 from tests.integration.workflows import expected_pipeline
@@ -38,9 +43,20 @@ ALL_QUEUES = ["durable", "alpha", "beta"]
 RUNS = 8
 
 
-def start_runs(prefix: str, n: int, sleep: float) -> list[str]:
+def start_runs(prefix: str, n: int, sleep: float, gate: Path) -> list[str]:
+    """``n`` pipelines whose last step waits for ``gate``: none can finish before the test opens it."""
     opts = {k: {"sleep": sleep} for k in "123"}
+    opts["3"]["gate"] = str(gate)
     return [durable.start("it.pipeline", {"x": x, "opts": opts}, run_id=f"{prefix}-{x}") for x in range(n)]
+
+
+def progress(runs: list[str]) -> list[tuple[str, int, str, int]]:
+    """Where the runs' steps stand: a change means work is moving."""
+    return list(
+        Checkpoint.objects.filter(run_id__in=runs)
+        .order_by("run_id", "seq")
+        .values_list("run_id", "seq", "status", "attempts")
+    )
 
 
 def completed_steps(runs: list[str]) -> set[tuple[str, int]]:
@@ -55,7 +71,7 @@ def wait_mid_flight(cluster, runs: list[str], steps: int) -> set[tuple[str, int]
         return done if len(done) >= steps else None
 
     done = wait_until(mid, f"{steps} steps to complete", diagnostics=cluster.diagnostics)
-    assert len(done) < 3 * len(runs) - 4, "the runs finished before the outage: make the steps slower"
+    assert len(done) < 3 * len(runs) - 4, "the runs finished before the outage"  # (their last step is gated)
     return done
 
 
@@ -70,33 +86,44 @@ def assert_all_completed_once(cluster, runs: list[str], completed_before: set[tu
         assert acc.executions[(run, seq)] == [1], f"{run} #{seq} completed before the outage and ran again"
 
 
-def wait_all_completed(cluster, runs: list[str], timeout: float) -> None:
-    wait_until(
-        lambda: Run.objects.filter(id__in=runs, status="completed").count() == len(runs),
-        f"all {len(runs)} runs to complete",
-        timeout=timeout,
-        diagnostics=cluster.diagnostics,
-    )
+def wait_all_completed(cluster, runs: list[str], lapse: Callable[[], int]) -> None:
+    """Wait for every run to complete; whenever they stall, make the leases they may wait on lapse."""
+    unstick = lapse_when_stalled(lapse, lambda: progress(runs))
+
+    def completed() -> bool:
+        if Run.objects.filter(id__in=runs, status="completed").count() == len(runs):
+            return True
+        unstick()
+        return False
+
+    wait_until(completed, f"all {len(runs)} runs to complete", timeout=2 * SETTLE, diagnostics=cluster.diagnostics)
 
 
-@pytest.mark.durable_settings(STEP_LEASE="2s")
-def test_redis_restarted_mid_runs_every_run_completes_after_the_sweeps(cluster):
+# A stalled dispatch is lapsed again at each stall: more re-dispatches than a quiet run needs.
+@pytest.mark.durable_settings(STEP_REDISPATCH_MAX=50)
+def test_redis_restarted_mid_runs_every_run_completes_after_the_sweeps(cluster, tmp_path):
     """Every key of our Redis database is dropped and every connection to it killed, mid-flight.
 
     Sweeps come from a real ``celery beat`` (through Redis, to a worker): lost
     step messages are re-dispatched by the lost-dispatch self-heal, lost turns
     by the wake sweep. No step runs twice: a step is only re-dispatched while
-    still pending, and the claim lets one delivery run it.
+    still pending, and the claim lets one delivery run it. The dispatch leases
+    of lost messages lapse when the runs stall (the test makes them lapse; the
+    workers' leases outlast any test); only dispatch leases: re-dispatching a
+    pending step can never run it twice.
     """
+    gate = tmp_path / "gate"
     workers = cluster.workers(("A", ALL_QUEUES), ("B", ALL_QUEUES))
     beat = cluster.beat()
-    runs = start_runs("redis", RUNS, sleep=0.4)
+    runs = start_runs("redis", RUNS, sleep=0.4, gate=gate)
     before = wait_mid_flight(cluster, runs, steps=6)
 
     killed = cluster.redis_restart()
     assert killed >= 2, "expected to drop the workers' broker connections"
+    lapse_step_leases(runs, "pending")  # the messages of steps waiting to be claimed are gone
+    gate.touch()
 
-    wait_all_completed(cluster, runs, timeout=40)
+    wait_all_completed(cluster, runs, lambda: lapse_step_leases(runs, "pending"))
     assert_all_completed_once(cluster, runs, before)
     acc = account(cluster, runs)
     for run in runs:
@@ -151,34 +178,41 @@ def _wait_pg_ready(timeout: float) -> None:
     wait_until(_pg_ready, "PostgreSQL to accept connections again", timeout=timeout, interval=0.2)
 
 
-@pytest.mark.durable_settings(STEP_LEASE="2s")
-def test_postgres_restarted_mid_runs_every_run_completes(cluster):
+def test_postgres_restarted_mid_runs_every_run_completes(cluster, tmp_path):
     """PostgreSQL restarts while steps and turns are in flight on two workers.
 
     Whatever was cut off is re-driven from the tables once the server is back:
     expired turn leases by the orphan sweep, steps whose result could not be
     recorded by the step-lease sweep (they run again: at-least-once, every
     execution a counted attempt), lost step messages by the self-heal. Steps
-    that completed before the restart never run again.
+    that completed before the restart never run again. What was cut off is
+    only known afterwards: whenever the runs stall, the test makes every lease
+    they may wait on lapse (turns', running steps', dispatches'), as the lease
+    windows passing would.
     """
     restart, start = _postgres_commands()
+    gate = tmp_path / "gate"
     cluster.workers(("A", ALL_QUEUES), ("B", ALL_QUEUES))
     cluster.sweeper()  # stands in for beat; reconnects after the restart
-    runs = start_runs("pg", 6, sleep=0.4)
+    runs = start_runs("pg", 6, sleep=0.4, gate=gate)
     before = wait_mid_flight(cluster, runs, steps=5)
     try:
         # Output to a file, not a pipe: a server started by the command may keep it open.
         with open(cluster.tmp / "pg-restart.log", "wb") as out:
             done = subprocess.run(restart, check=False, stdout=out, stderr=subprocess.STDOUT, timeout=60)
         assert done.returncode == 0, f"{restart} failed:\n{(cluster.tmp / 'pg-restart.log').read_text()}"
-        _wait_pg_ready(30)
+        _wait_pg_ready(SETTLE)
     finally:
         if not _pg_ready():
             with open(cluster.tmp / "pg-start.log", "wb") as out:
                 subprocess.run(start, check=False, stdout=out, stderr=subprocess.STDOUT, timeout=60)
-            _wait_pg_ready(60)
+            _wait_pg_ready(SETTLE)
         connections.close_all()  # this thread's connection died with the server
+    gate.touch()
 
-    wait_all_completed(cluster, runs, timeout=45)
+    def lapse_all() -> int:
+        return sum((lapse_run_leases(runs), lapse_step_leases(runs, "running"), lapse_step_leases(runs, "pending")))
+
+    wait_all_completed(cluster, runs, lapse_all)
     assert_all_completed_once(cluster, runs, before)
     assert not Run.objects.filter(id__in=runs, status="dead").exists()

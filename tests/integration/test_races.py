@@ -24,7 +24,7 @@ from durable.models import Checkpoint, Run
 from durable.runtime import get_engine
 from durable.store import DjangoStore, store
 from durable.transports.celery import CeleryTransport
-from tests.integration.harness import account, wait_until
+from tests.integration.harness import SETTLE, account, lapse_leases_of, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -37,7 +37,7 @@ def concurrently(*fns: Callable[[], Any]) -> list[Any]:
 
     def body(i: int, fn: Callable[[], Any]) -> None:
         try:
-            barrier.wait(timeout=10)
+            barrier.wait(timeout=SETTLE)
             results[i] = fn()
         except BaseException as exc:
             errors.append(exc)
@@ -48,7 +48,7 @@ def concurrently(*fns: Callable[[], Any]) -> list[Any]:
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=30)
+        t.join(timeout=2 * SETTLE)
     assert not any(t.is_alive() for t in threads), "a racing thread hung"
     if errors:
         raise errors[0]
@@ -61,7 +61,9 @@ def sweeper_engine(owner: str) -> Engine:
 
 
 def make_orphans(cluster, n: int, *, gate: str | None = None) -> list[str]:
-    """Start ``n`` it.orphan runs on worker A, kill -9 A mid-turn, wait until their leases lapse.
+    """Start ``n`` it.orphan runs on worker A, kill -9 A mid-turn, and let their leases lapse.
+
+    The leases lapse explicitly (written into the past): the workers' leases outlast any test.
 
     A second worker B (durable + alpha) is up when this returns, to take recovered turns.
     """
@@ -76,11 +78,8 @@ def make_orphans(cluster, n: int, *, gate: str | None = None) -> list[str]:
     assert set(Run.objects.filter(id__in=runs).values_list("status", flat=True)) == {"running"}
     a.kill9()
     b = cluster.spawn_worker("B", ["durable", "alpha"])
-    wait_until(
-        lambda: Run.objects.filter(id__in=runs, status="running", locked_until__lt=timezone.now()).count() == n,
-        "the killed worker's leases to lapse",
-        diagnostics=cluster.diagnostics,
-    )
+    assert lapse_leases_of(a) == n
+    assert Run.objects.filter(id__in=runs, status="running", locked_until__lt=timezone.now()).count() == n
     cluster.wait_ready(b)
     return runs
 
@@ -99,7 +98,7 @@ def test_two_sweepers_racing_recover_each_orphan_exactly_once(cluster, monkeypat
         # Both sweepers see every orphan before either takes one: a real race on each run.
         found = original(self, now, limit)
         listed.append(sorted(found))
-        both_listed.wait(timeout=10)
+        both_listed.wait(timeout=SETTLE)
         return found
 
     monkeypatch.setattr(DjangoStore, "orphans", orphans_then_wait)
@@ -170,8 +169,11 @@ def test_cancel_racing_orphan_recovery_stays_cancelled(cluster, monkeypatch, tmp
     elif moment == "during-recovered-turn":
         (run,) = runs
         assert sweeps.recover_orphans(engine, execute=False) == {"recovered": 1, "dead": 0}
-        wait_until(lambda: local_executions(cluster, run) == 2, "the recovered turn to run on worker B",
-                   diagnostics=cluster.diagnostics)
+        wait_until(
+            lambda: local_executions(cluster, run) == 2,
+            "the recovered turn to run on worker B",
+            diagnostics=cluster.diagnostics,
+        )
         assert durable.cancel(run) is True
         gate.touch()
         wait_until(
@@ -189,7 +191,7 @@ def test_cancel_racing_orphan_recovery_stays_cancelled(cluster, monkeypatch, tmp
         gate.touch()
 
     sweeper = cluster.sweeper()
-    sweeper.wait_ticks(8)  # two seconds of sweeps: recovery, wakes, lost steps
+    sweeper.wait_ticks(8)  # rounds of sweeps: recovery, wakes, lost steps
     acc = account(cluster, runs)
     assert acc.status == dict.fromkeys(runs, "cancelled")
     assert not Checkpoint.objects.filter(run_id__in=runs, kind="step").exists()

@@ -8,14 +8,20 @@ executions of every step, read from a log the steps append to.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
+from django.utils import timezone
 
 import durable
 from durable.models import Checkpoint, Run
 from tests.integration.harness import (
+    SETTLE,
     account,
     assert_executions_match_attempts,
     assert_pipeline_history,
+    lapse_leases_of,
+    lapse_step_leases,
     wait_until,
 )
 from tests.integration.workflows import expected_pipeline
@@ -27,7 +33,7 @@ def statuses(run_ids: list[str]) -> dict[str, str]:
     return dict(Run.objects.filter(id__in=run_ids).values_list("id", "status"))
 
 
-def wait_status(cluster, run_ids: list[str], status: str = "completed", timeout: float = 25.0) -> None:
+def wait_status(cluster, run_ids: list[str], status: str = "completed", timeout: float = SETTLE) -> None:
     wait_until(
         lambda: statuses(run_ids) == dict.fromkeys(run_ids, status),
         f"runs {run_ids} to be {status}",
@@ -66,9 +72,10 @@ def test_three_step_workflow_runs_across_two_workers_on_their_own_queues(cluster
 def test_worker_killed_mid_step_reruns_only_that_step_and_the_run_completes(cluster, tmp_path):
     """kill -9 of the worker executing step 2 of a run, while other runs are in flight.
 
-    The killed step's execution lease lapses, the sweep puts it back to pending
-    under the same step id and the surviving worker runs it again (attempt 2);
-    steps completed before the kill never run again.
+    The killed step's execution lease lapses (the test makes it lapse: the
+    workers' leases outlast any test), the sweep puts it back to pending under
+    the same step id and the surviving worker runs it again (attempt 2); steps
+    completed before the kill never run again.
     """
     workers = cluster.workers(("A", ["durable", "alpha", "beta"]), ("B", ["durable", "alpha", "beta"]))
     sweeper = cluster.sweeper()
@@ -85,9 +92,10 @@ def test_worker_killed_mid_step_reruns_only_that_step_and_the_run_completes(clus
     victim = cluster.proc_by_pid(hung[0]["pid"])
     survivor = next(w for w in workers if w is not victim)
     victim.kill9()
+    assert lapse_leases_of(victim) >= 1  # at least the hung step's; any turn it was running too
 
     runs = [victim_run, *others]
-    wait_status(cluster, runs, timeout=30)
+    wait_status(cluster, runs)
 
     acc = account(cluster, runs)
     assert acc.completed() == 5
@@ -232,17 +240,22 @@ def dead_worker_advertising(queue: str) -> None:
     store.advertise(descriptor(f"dead-{queue}-worker", [queue]), now, now + timedelta(seconds=30))
 
 
-@pytest.mark.durable_settings(STEP_LEASE="1s", STEP_REDISPATCH_MAX=5)
+@pytest.mark.durable_settings(STEP_REDISPATCH_MAX=5)
 def test_lost_step_dispatch_is_redriven_by_the_self_heal(cluster):
     """Step 2's message is lost with its worker; the sweep re-dispatches the same step id to a new one."""
     cluster.workers(("A", ["durable", "alpha"]))
     dead_worker_advertising("beta")
     run = durable.start("it.pipeline", {"x": 6}, run_id="lost-dispatch")
-    wait_until(lambda: cluster.queue_length("beta") == 1, "step 2's message to wait in queue beta",
-               diagnostics=cluster.diagnostics)
+    wait_until(
+        lambda: cluster.queue_length("beta") == 1,
+        "step 2's message to wait in queue beta",
+        diagnostics=cluster.diagnostics,
+    )
     assert Checkpoint.objects.get(run_id=run, seq=3).status == "pending"
     assert cluster.drop_queue("beta") == 1  # the message is gone for good
     cluster.workers(("B", ["beta"]))
+    # Nobody claimed the step within its dispatch lease (STEP_LEASE): it lapses.
+    assert lapse_step_leases([run], "pending", seq=3) == 1
     sweeper = cluster.sweeper()
 
     wait_status(cluster, [run])
@@ -252,21 +265,47 @@ def test_lost_step_dispatch_is_redriven_by_the_self_heal(cluster):
     assert_pipeline_history(acc, run)
     assert acc.step_attempts(run) == {1: 1, 3: 1, 4: 1}
     assert {seq: acc.executions[(run, seq)] for seq in (1, 3, 4)} == {1: [1], 3: [1], 4: [1]}
-    assert sweeper.counts["redispatched"] >= 1  # the lost step (and any step slow to be claimed)
+    assert sweeper.counts["redispatched"] >= 1  # the lost step
     assert sweeper.counts["lost"] == 0
 
 
-@pytest.mark.durable_settings(STEP_LEASE="1s", STEP_EXECUTION_LEASE="1s", STEP_REDISPATCH_MAX=2)
-def test_long_step_with_heartbeats_is_never_redispatched(cluster):
-    """A 5 s step (five lease windows) that heartbeats keeps its lease: one execution, no re-dispatch."""
+@pytest.mark.durable_settings(STEP_REDISPATCH_MAX=2)
+def test_long_step_with_heartbeats_is_never_redispatched(cluster, tmp_path):
+    """A long step (five lease windows) that heartbeats keeps its lease: one execution, no re-dispatch.
+
+    Each window passes explicitly: the test writes the step's lease into the
+    past, as if the window had gone by, waits until the step's heartbeat has
+    renewed it, and only then lets the sweeps look (twice a window). The step
+    ends when the test opens its gate.
+    """
+    from durable import sweeps
+    from durable.runtime import get_engine
+
     cluster.workers(("A", ["durable", "alpha", "beta"]))
-    sweeper = cluster.sweeper(interval=0.1)
-    run = durable.start("it.pipeline", {"x": 1, "opts": {"2": {"sleep": 5, "heartbeat": True}}}, run_id="long")
+    gate = tmp_path / "gate"
+    opts = {"2": {"heartbeat": True, "gate": str(gate)}}
+    run = durable.start("it.pipeline", {"x": 1, "opts": opts}, run_id="long")
     wait_until(lambda: cluster.executions(run, seq=3), "the long step to start", diagnostics=cluster.diagnostics)
-    ticks_at_start = sweeper.ticks
-    wait_until(lambda: cluster.executions(run, kind="step_done", seq=3), "the long step to finish", timeout=20,
-               diagnostics=cluster.diagnostics)
-    ticks_while_running = sweeper.ticks - ticks_at_start
+    counts: Counter[str] = Counter()
+    ticks_while_running = 0
+    for window in range(5):
+        lapsed = lapse_step_leases([run], "running", seq=3)
+        assert lapsed == 1, f"window {window}: the step is no longer running"
+        wait_until(
+            lambda: Checkpoint.objects.get(run_id=run, seq=3).wake_at > timezone.now(),
+            f"a heartbeat to renew the step's lease (window {window})",
+            diagnostics=cluster.diagnostics,
+        )
+        for _ in range(2):
+            counts.update(sweeps.tick(get_engine(), execute=False))
+            ticks_while_running += 1
+    assert not cluster.executions(run, kind="step_done", seq=3)  # it ran through all five windows
+    gate.touch()
+    wait_until(
+        lambda: cluster.executions(run, kind="step_done", seq=3),
+        "the long step to finish",
+        diagnostics=cluster.diagnostics,
+    )
     wait_status(cluster, [run])
 
     acc = account(cluster, [run])
@@ -274,21 +313,34 @@ def test_long_step_with_heartbeats_is_never_redispatched(cluster):
     assert acc.step_attempts(run) == {1: 1, 3: 1, 4: 1}
     assert {seq: acc.executions[(run, seq)] for seq in (1, 3, 4)} == {1: [1], 3: [1], 4: [1]}
     assert ticks_while_running >= 10  # the sweeps kept looking at the step while it ran
-    assert sweeper.counts["redispatched"] == 0
-    assert sweeper.counts["steps_recovered"] == 0
-    assert sweeper.counts["lost"] == 0
+    assert counts["redispatched"] == 0
+    assert counts["steps_recovered"] == 0
+    assert counts["lost"] == 0
     long_step = Checkpoint.objects.get(run_id=run, seq=3)
     assert long_step.heartbeat_at is not None
     assert long_step.progress is not None and long_step.progress["left"] < 1
 
 
-@pytest.mark.durable_settings(STEP_LEASE="1s", STEP_REDISPATCH_MAX=2)
+@pytest.mark.durable_settings(STEP_REDISPATCH_MAX=2)
 def test_step_no_worker_takes_fails_with_remote_step_lost(cluster):
-    """Queue beta's only worker died: after STEP_REDISPATCH_MAX re-dispatches the step fails into the workflow."""
+    """Queue beta's only worker died: after STEP_REDISPATCH_MAX re-dispatches the step fails into the workflow.
+
+    Each dispatch lease lapses explicitly (the test writes it into the past) once
+    the step's latest dispatch is recorded; the sweeper then re-dispatches it, or
+    gives it up as lost after the last one.
+    """
     cluster.workers(("A", ["durable", "alpha"]))
     dead_worker_advertising("beta")
     sweeper = cluster.sweeper(interval=0.1)
     run = durable.start("it.pipeline", {"x": 1}, run_id="nobody-takes-beta")
+
+    def lapse_until_settled() -> bool:
+        if Run.objects.get(id=run).status in ("failed", "completed"):
+            return True
+        lapse_step_leases([run], "pending", seq=3)  # nobody claims it: each dispatch lease lapses
+        return False
+
+    wait_until(lapse_until_settled, f"run {run} to fail", diagnostics=cluster.diagnostics)
     wait_status(cluster, [run], "failed")
 
     failed = Run.objects.get(id=run)

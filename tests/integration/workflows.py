@@ -47,7 +47,7 @@ def read_log(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def _wait_for_file(path: str, timeout: float = 30.0) -> None:
+def _wait_for_file(path: str, timeout: float = HANG) -> None:
     deadline = time.monotonic() + timeout
     while not os.path.exists(path):
         if time.monotonic() > deadline:
@@ -55,12 +55,25 @@ def _wait_for_file(path: str, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
+def _heartbeat_until_open(gate: str) -> None:
+    """Heartbeat (progress ``left``: 1 while the gate is shut) until ``gate`` exists, then once more with 0."""
+    deadline = time.monotonic() + HANG
+    while not os.path.exists(gate):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gate {gate} never opened")
+        durable.heartbeat({"left": 1})
+        time.sleep(0.05)
+    while not durable.heartbeat({"left": 0}) and time.monotonic() < deadline:  # throttled: the next one goes
+        time.sleep(0.05)
+
+
 def _behave(value: int, opts: dict[str, Any] | None) -> int:
     """What every step does, steered by ``opts`` (all optional):
 
     ``hang_first``  on attempt 1, block for a long time (the test kills the worker);
     ``sleep``       seconds of work; with ``heartbeat``, call ``durable.heartbeat`` meanwhile;
-    ``gate``        wait until this file exists before finishing;
+    ``gate``        wait until this file exists before finishing (with ``heartbeat``,
+                    heartbeating until then instead of for ``sleep`` seconds);
     ``fail_unless`` raise ``FatalError`` unless this file exists;
     ``fail_if_negative`` raise ``FatalError`` for a negative value.
     """
@@ -71,7 +84,9 @@ def _behave(value: int, opts: dict[str, Any] | None) -> int:
     if opts.get("hang_first") and info.attempt == 1:
         time.sleep(HANG)
     seconds = float(opts.get("sleep", 0))
-    if opts.get("heartbeat"):
+    if opts.get("heartbeat") and opts.get("gate"):
+        _heartbeat_until_open(opts["gate"])
+    elif opts.get("heartbeat"):
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             durable.heartbeat({"left": round(end - time.monotonic(), 2)})
