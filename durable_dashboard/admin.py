@@ -10,7 +10,7 @@ every page is limited to the user's namespaces.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
@@ -24,7 +24,7 @@ from django.utils.html import format_html, format_html_join
 
 from durable.engine import clock
 from durable.exceptions import DurableError
-from durable.models import ACTIVE, Run
+from durable.models import ACTIVE, TERMINAL, Run, RunStatus
 from durable_dashboard import conf, operations, summary, timeline
 from durable_dashboard.admin_filters import (
     CreatedFilter,
@@ -45,18 +45,28 @@ from durable_dashboard.permissions import allowed_namespaces, can, visible_runs
 ADMIN_ACTIONS = ("requeue", "redispatch", "cancel", "cancel_compensate", "retry", "signal", "republish")
 #: Statuses in which the detail page offers an action (bulk actions and the API report refusals instead).
 OFFERED_WHEN = {
-    "requeue": ("failed", "dead"),
-    "retry": ("failed", "dead"),
+    "requeue": (RunStatus.FAILED, RunStatus.DEAD),
+    "retry": (RunStatus.FAILED, RunStatus.DEAD),
     "redispatch": ACTIVE,
     "cancel": ACTIVE,
     "cancel_compensate": ACTIVE,
     "signal": ACTIVE,
-    "republish": ("completed", "failed", "cancelled", "dead"),
+    "republish": TERMINAL,
 }
 LIST_FIELDS = ("id", "workflow", "version", "status", "namespace", "tags", "created_at", "started_at", "finished_at")
 
 
-class ReadOnlyMixin:
+# ModelAdmin is generic in the type stubs only (Django's class takes no type arguments at
+# run time); the mixins below are ModelAdmins to the type checker, plain mixins at run time.
+if TYPE_CHECKING:
+    _ModelAdmin = admin.ModelAdmin[Any]
+    _Mixin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = admin.ModelAdmin
+    _Mixin = object
+
+
+class ReadOnlyMixin(_Mixin):
     """No add, change or delete: rows change only through durable's service functions."""
 
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -69,7 +79,7 @@ class ReadOnlyMixin:
         return False
 
 
-class StorableQueryMixin:
+class StorableQueryMixin(_Mixin):
     """A list URL whose filters or search hold control characters (NUL) shows the "invalid filter" page.
 
     PostgreSQL refuses NUL in text parameters; without this a crafted URL is a 500.
@@ -78,7 +88,7 @@ class StorableQueryMixin:
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if any(not storable(v) for values in request.GET.lists() for v in values[1]):
             return HttpResponseRedirect(request.path + "?e=1")
-        return super().changelist_view(request, extra_context)  # type: ignore[misc]
+        return super().changelist_view(request, extra_context)
 
 
 def status_badge(status: str) -> str:
@@ -141,6 +151,8 @@ def previous_in_chain(run_id: str) -> list[str]:
 class RunChangeList(ChangeList):
     """The run list loads only the columns it shows (never the JSON payloads)."""
 
+    durable_capped = False  # the paginator's count is a lower bound (see EstimatedCountPaginator)
+
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Run]:
         return super().get_queryset(request, exclude_parameters).only(*LIST_FIELDS)
 
@@ -154,7 +166,7 @@ def _bulk_action(action: str) -> Any:
 
 
 @admin.register(Run)
-class RunAdmin(StorableQueryMixin, ReadOnlyMixin, admin.ModelAdmin):
+class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
     list_display = ("id", "workflow", "version", "status_col", "namespace", "tags_col", "created_at", "duration_col")
     list_filter = (
         StatusFilter,
@@ -187,9 +199,10 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, admin.ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RunChangeList
 
-    def get_changelist_instance(self, request: HttpRequest) -> Any:
+    def get_changelist_instance(self, request: HttpRequest) -> ChangeList:
         cl = super().get_changelist_instance(request)
-        cl.durable_capped = getattr(cl.paginator, "is_capped", False)
+        if isinstance(cl, RunChangeList):
+            cl.durable_capped = getattr(cl.paginator, "is_capped", False)
         return cl
 
     @admin.display(description="status", ordering="status")
@@ -295,7 +308,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, admin.ModelAdmin):
         back = HttpResponseRedirect(reverse("admin:durable_run_change", args=[quote(run_id)]))
         form = form_for(action)(request.POST)
         if not form.is_valid():
-            errors = "; ".join(f"{field}: {' '.join(errs)}" for field, errs in form.errors.items())
+            errors = "; ".join(f"{field}: {' '.join(map(str, errs))}" for field, errs in form.errors.items())
             messages.error(request, f"{operations.LABELS[action]}: {errors}")
             return back
         outcomes = operations.perform(action, [run_id], dict(form.cleaned_data), user=request.user, via="admin")
@@ -365,7 +378,7 @@ for _action in ADMIN_ACTIONS:
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(StorableQueryMixin, ReadOnlyMixin, admin.ModelAdmin):
+class AuditEntryAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
     list_display = ("created_at", "username", "via", "action", "runs_col", "ok")
     list_filter = ("via", "action", "ok")
     search_fields = ("username", "action")
@@ -393,7 +406,7 @@ class AuditEntryAdmin(StorableQueryMixin, ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(NamespaceGrant)
-class NamespaceGrantAdmin(StorableQueryMixin, admin.ModelAdmin):
+class NamespaceGrantAdmin(StorableQueryMixin, _ModelAdmin):
     list_display = ("namespace", "user", "group")
     list_filter = ("namespace",)
     search_fields = ("namespace", "user__username", "group__name")

@@ -8,7 +8,7 @@ version, tag and time ranges are typed in.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
@@ -21,12 +21,15 @@ from durable.engine.registry import registry
 from durable.models import RUN_STATUS_CHOICES, Run
 from durable_dashboard.filters import storable, to_utc, with_tag
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
 
 class StatusFilter(admin.SimpleListFilter):
     title = "status"
     parameter_name = "status"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, StrOrPromise]]:
         return list(RUN_STATUS_CHOICES)
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
@@ -148,7 +151,7 @@ class RangeFilter(admin.ListFilter):
     def until(self) -> str:
         return f"{self.field_name}__lt"
 
-    def expected_parameters(self) -> list[str]:
+    def expected_parameters(self) -> list[str | None]:
         return [self.since, self.until]
 
     def has_output(self) -> bool:

@@ -10,6 +10,7 @@ unparsable or unstorable a 400.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings
@@ -65,7 +66,7 @@ def _reject_constant(name: str) -> Any:
 class BoundedJSONParser(JSONParser):
     """``application/json`` bodies, bounded in size and depth; NaN/Infinity refused."""
 
-    def parse(self, stream: Any, media_type: str | None = None, parser_context: dict[str, Any] | None = None) -> Any:
+    def parse(self, stream: Any, media_type: str | None = None, parser_context: Mapping[str, Any] | None = None) -> Any:
         limit = max_body_bytes()
         request = (parser_context or {}).get("request")
         try:

@@ -35,9 +35,9 @@ def can(user: Any, action: str) -> bool:
 
 def allowed_namespaces(user: Any) -> frozenset[str] | None:
     """Namespaces ``user`` may see, or ``None`` when not restricted. Cached on the user object."""
-    cached = getattr(user, "_durable_namespaces", False)
-    if cached is not False:
-        return cached  # type: ignore[no-any-return]
+    cached: frozenset[str] | bool | None = getattr(user, "_durable_namespaces", False)
+    if not isinstance(cached, bool):
+        return cached
     result: frozenset[str] | None
     if not user or not user.is_authenticated:
         result = frozenset()

@@ -59,7 +59,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
 
     class Meta:
         model = Run
-        fields = (
+        fields: tuple[str, ...] = (
             "id",
             "workflow",
             "version",
@@ -128,7 +128,7 @@ class RunDetailSerializer(RunSerializer):
     buffered_signals = BufferedSignalSerializer(many=True, read_only=True)
 
     class Meta(RunSerializer.Meta):
-        fields = (
+        fields: tuple[str, ...] = (
             *RunSerializer.Meta.fields,
             "input",
             "output",
@@ -170,7 +170,8 @@ class ErrorSerializer(serializers.Serializer[Any]):
 class ValidationErrorSerializer(ErrorSerializer):
     """A 400: ``errors`` maps each invalid field to its messages (when the problem is per field)."""
 
-    errors = serializers.DictField(child=AnyJSONField(), required=False)
+    # A declared field: DRF's metaclass takes it off the class, so it never hides ``Serializer.errors``.
+    errors = serializers.DictField(child=AnyJSONField(), required=False)  # type: ignore[assignment]
 
 
 class WorkflowSerializer(serializers.Serializer[Any]):

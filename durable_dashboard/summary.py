@@ -18,7 +18,7 @@ from durable.models import ACTIVE, RUN_STATUS_CHOICES, Run, RunStatus
 from durable_dashboard import conf
 
 WINDOWS = {"24h": timedelta(hours=24), "7d": timedelta(days=7), "30d": timedelta(days=30)}
-SERIES = (("started", "#417690"), ("completed", "#2e7d32"), ("failed", "#c62828"))
+SERIES = (("started", "#417690"), (RunStatus.COMPLETED, "#2e7d32"), (RunStatus.FAILED, "#c62828"))
 CHART_W, CHART_H = 720, 180
 
 
@@ -78,10 +78,10 @@ def compute(qs: QuerySet[Run], window: str, now: datetime) -> dict[str, Any]:
         .annotate(n=Count("id"))
         .order_by()
     )
-    for row in ended:
-        target = completed if row["status"] == RunStatus.COMPLETED else failed
-        target[row["bucket"]] = target.get(row["bucket"], 0) + row["n"]
-    series = {"started": started, "completed": completed, "failed": failed}
+    for ended_row in ended:
+        target = completed if ended_row["status"] == RunStatus.COMPLETED else failed
+        target[ended_row["bucket"]] = target.get(ended_row["bucket"], 0) + ended_row["n"]
+    series = {"started": started, RunStatus.COMPLETED: completed, RunStatus.FAILED: failed}
     by_status = {row["status"]: row["n"] for row in qs.values("status").annotate(n=Count("id")).order_by()}
     return {
         "window": window if window in WINDOWS else "24h",
@@ -96,7 +96,7 @@ def compute(qs: QuerySet[Run], window: str, now: datetime) -> dict[str, Any]:
 
 def cached(qs: QuerySet[Run], window: str, now: datetime, scope: str) -> dict[str, Any]:
     key = f"durable_dashboard:summary:{window}:{scope}"
-    data = cache.get(key)
+    data: dict[str, Any] | None = cache.get(key)
     if data is None:
         data = compute(qs, window, now)
         cache.set(key, data, int(conf.get("SUMMARY_CACHE_SECONDS")))

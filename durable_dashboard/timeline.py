@@ -12,12 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from durable.models import ACTIVE, Checkpoint, Run
-
-# Waiter tokens other than plain signal names (see durable.models.SignalWaiter).
-RUN_TOKEN = "__run__:"
-EVENT_TOKEN = "__event__:"
-UPDATE_TOKEN = "__update__:"
+from durable.engine.vocab import EVENT_TOKEN, RUN_TOKEN, UNSETTLED, UPDATE_TOKEN
+from durable.models import ACTIVE, Checkpoint, CheckpointKind, CheckpointStatus, Run
 
 
 def pretty(value: Any) -> str:
@@ -103,7 +99,7 @@ def build_timeline(run: Run, checkpoints: list[Checkpoint], now: datetime) -> Ti
     times = [run.created_at]
     for cp in checkpoints:
         times += [t for t in (cp.enqueued_at, cp.started_at, cp.finished_at, cp.heartbeat_at) if t]
-        if cp.kind == "sleep" and cp.wake_at:
+        if cp.kind == CheckpointKind.SLEEP and cp.wake_at:
             times.append(cp.wake_at)
     start = min(times)
     end = max([*times, run.finished_at or now])
@@ -119,13 +115,14 @@ def build_timeline(run: Run, checkpoints: list[Checkpoint], now: datetime) -> Ti
     rows = []
     for cp in checkpoints:
         row = Row(cp.seq, cp.name, cp.kind, cp.status, cp.attempts, "")
-        open_end = now if cp.status in ("pending", "running") else (cp.finished_at or now)
+        open_end = now if cp.status in UNSETTLED else (cp.finished_at or now)
         if cp.enqueued_at:
-            queued_until = cp.started_at or (open_end if cp.status == "pending" else cp.finished_at) or open_end
+            queued = open_end if cp.status == CheckpointStatus.PENDING else cp.finished_at
+            queued_until = cp.started_at or queued or open_end
             row.segments.append(
                 seg("wait", cp.enqueued_at, queued_until, f"queued {human(queued_until - cp.enqueued_at)}")
             )
-        if cp.kind == "sleep" and cp.wake_at:
+        if cp.kind == CheckpointKind.SLEEP and cp.wake_at:
             begin = cp.started_at or cp.finished_at or start
             row.segments.append(seg("timer", begin, cp.wake_at, f"timer due {cp.wake_at:%Y-%m-%d %H:%M:%S}"))
         elif cp.started_at:
@@ -134,7 +131,7 @@ def build_timeline(run: Run, checkpoints: list[Checkpoint], now: datetime) -> Ti
             row.duration = human(stop - cp.started_at)
         elif cp.finished_at:
             row.segments.append(seg("run", cp.finished_at, cp.finished_at, "recorded"))
-        if cp.retry_at and cp.status in ("pending", "running"):
+        if cp.retry_at and cp.status in UNSETTLED:
             row.markers.append(seg("retry", cp.retry_at, cp.retry_at, f"retry at {cp.retry_at:%H:%M:%S}"))
         if cp.heartbeat_at:
             row.markers.append(seg("heartbeat", cp.heartbeat_at, cp.heartbeat_at, "last heartbeat"))
@@ -147,6 +144,22 @@ def build_timeline(run: Run, checkpoints: list[Checkpoint], now: datetime) -> Ti
     return Timeline(start, end, rows, ticks)
 
 
+# Waiter tokens other than plain signal names (see durable.models.SignalWaiter), and what each waits for.
+_TOKENS: tuple[tuple[str, str], ...] = (
+    (RUN_TOKEN, "run"),
+    (EVENT_TOKEN, CheckpointKind.EVENT),
+    (UPDATE_TOKEN, CheckpointKind.UPDATE),
+)
+
+
+def _waited_for(token: str) -> tuple[str, str]:
+    """(kind, what) of a waiter's token: another run, an event, an update, else a signal's name."""
+    for prefix, kind in _TOKENS:
+        if token.startswith(prefix):
+            return kind, token[len(prefix) :]
+    return CheckpointKind.SIGNAL, token
+
+
 def waiting_on(
     run: Run, checkpoints: list[Checkpoint], waiters: list[Any], children: list[Run]
 ) -> list[dict[str, Any]]:
@@ -155,28 +168,21 @@ def waiting_on(
         return []
     items: list[dict[str, Any]] = []
     for waiter in waiters:
-        name = waiter.name
-        if name.startswith(RUN_TOKEN):
-            items.append({"kind": "run", "what": name[len(RUN_TOKEN) :], "due": None, "seq": waiter.seq})
-        elif name.startswith(EVENT_TOKEN):
-            items.append({"kind": "event", "what": name[len(EVENT_TOKEN) :], "due": None, "seq": waiter.seq})
-        elif name.startswith(UPDATE_TOKEN):
-            items.append({"kind": "update", "what": name[len(UPDATE_TOKEN) :], "due": None, "seq": waiter.seq})
-        else:
-            items.append({"kind": "signal", "what": name, "due": None, "seq": waiter.seq})
+        kind, what = _waited_for(waiter.name)
+        items.append({"kind": kind, "what": what, "due": None, "seq": waiter.seq})
     for cp in checkpoints:
-        if cp.status not in ("pending", "running"):
+        if cp.status not in UNSETTLED:
             continue
-        if cp.kind == "sleep":
+        if cp.kind == CheckpointKind.SLEEP:
             items.append({"kind": "timer", "what": cp.name, "due": cp.wake_at, "seq": cp.seq})
-        elif cp.kind == "step":
+        elif cp.kind == CheckpointKind.STEP:
             what = f"{cp.name} ({cp.status}, attempt {cp.attempts or 1}, queue {cp.queue or 'default'})"
-            items.append({"kind": "step", "what": what, "due": cp.retry_at, "seq": cp.seq})
-        elif cp.kind in ("signal", "event") and not any(i["seq"] == cp.seq for i in items):
+            items.append({"kind": CheckpointKind.STEP, "what": what, "due": cp.retry_at, "seq": cp.seq})
+        elif cp.kind in (CheckpointKind.SIGNAL, CheckpointKind.EVENT) and not any(i["seq"] == cp.seq for i in items):
             items.append({"kind": cp.kind, "what": cp.name, "due": cp.wake_at, "seq": cp.seq})
     for child in children:
         if child.status in ACTIVE and not any(i["kind"] == "run" and i["what"] == child.id for i in items):
-            items.append({"kind": "child", "what": child.id, "due": None, "seq": None})
+            items.append({"kind": CheckpointKind.CHILD, "what": child.id, "due": None, "seq": None})
     if not items and run.wake_at:
         items.append({"kind": "wake", "what": "next look (reconcile)", "due": run.wake_at, "seq": None})
     return items

@@ -7,6 +7,7 @@ a 404, exactly like a run that does not exist.
 
 from __future__ import annotations
 
+import builtins
 from typing import Any
 
 from django.db.models import Prefetch, QuerySet
@@ -188,7 +189,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
 
     def _run_id(self) -> str:
         """The URL's run id, once the run is known to exist and be visible (else 404)."""
-        run_id = self.kwargs["pk"]
+        run_id: str = self.kwargs["pk"]
         if not visible_runs(self.request.user).filter(id=run_id).exists():
             raise Http404("No run with that id.")
         return run_id
@@ -361,7 +362,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         except ValidationError as exc:
             raise ValidationError({"params": exc.detail}) from None
 
-    def _bulk_ids(self, criteria: dict[str, Any], limit: int) -> list[str]:
+    def _bulk_ids(self, criteria: dict[str, Any], limit: int) -> builtins.list[str]:  # (``list`` is an action here)
         query = {k: str(v) for k, v in criteria.items() if k != "ids"}
         filterset = RunFilter(data=query, queryset=visible_runs(self.request.user))
         if not filterset.is_valid():
