@@ -18,6 +18,7 @@ from durable.engine.registry import registry
 from durable.models import LifecycleBatch, Run
 from durable.runtime import get_engine
 from durable.testing import drive, fake_clock, run_until_settled
+from tests.threads import SETTLE
 
 pytestmark = pytest.mark.django_db
 
@@ -263,7 +264,7 @@ def test_racing_publishers_start_each_subscriber_once(monkeypatch):
 
     def publisher():
         try:
-            barrier.wait()
+            barrier.wait(SETTLE)
             for _ in range(5):
                 lifecycle.publish(get_engine(), src)
         finally:
@@ -273,7 +274,8 @@ def test_racing_publishers_start_each_subscriber_once(monkeypatch):
     for t in threads:
         t.start()
     for t in threads:
-        t.join(30)
+        t.join(3 * SETTLE)
+    assert not any(t.is_alive() for t in threads), "a publisher hung"
     assert Run.objects.filter(workflow="l_receipt").count() == 1
     assert LifecycleBatch.objects.get(subscriber="l_digest").source_ids == [src]
     row = Run.objects.get(id=src)

@@ -46,7 +46,7 @@ def browser_page(monkeypatch):
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(15_000)
+        page.set_default_timeout(60_000)  # a deadline for a stuck page, not a measure of a slow one
         try:
             yield page
         finally:
