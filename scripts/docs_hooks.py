@@ -9,13 +9,15 @@ so the checks below only have to warn:
 * every public object has a docstring, and so does every public method and
   property of a public class (inherited ones included, as the reference shows
   them), unless it is listed in ``UNDOCUMENTED`` below. A listed object that has
-  gained its docstring fails the build too, so the list only shrinks.
+  gained its docstring (or is no longer there) fails the build too, so the list
+  only shrinks.
 
 The code is read statically with griffe (as mkdocstrings reads it): nothing is
 imported, so the docs build needs neither Django nor the project's dependencies.
 
-``on_page_content`` also turns the Sphinx roles some docstrings use
-(``:func:`x```) into plain code, since Markdown has no such roles.
+``on_page_content`` also turns the reStructuredText some docstrings use into what
+Markdown shows: roles (``:func:`x```) become plain code, and the ``::`` that
+introduces a literal block becomes ``:``.
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ UNDOCUMENTED = frozenset(
 
 _DIRECTIVE = re.compile(r"^:::\s+(\S+)", re.MULTILINE)
 _ROLE = re.compile(r":(?:func|class|meth|mod|attr|exc|data|obj):(<code>)~?")
+_LITERAL_MARKER = re.compile(r"(\w)::(\s*</p>)")
 
 
 def _directives(docs_dir: Path) -> set[str]:
@@ -125,10 +128,10 @@ def on_pre_build(config: Any) -> None:
     for path in sorted(missing - UNDOCUMENTED):
         log.warning("public API: %s has no docstring", path)
     for path in sorted(UNDOCUMENTED - missing):
-        log.warning("public API: %s is documented now; remove it from UNDOCUMENTED in %s", path, __file__)
+        log.warning("public API: %s has a docstring now (or is gone); remove it from UNDOCUMENTED", path)
     if missing & UNDOCUMENTED:
         log.info("public API: %d object(s) still without a docstring (UNDOCUMENTED)", len(missing & UNDOCUMENTED))
 
 
 def on_page_content(html: str, **kwargs: Any) -> str:
-    return _ROLE.sub(r"\1", html)
+    return _LITERAL_MARKER.sub(r"\1:\2", _ROLE.sub(r"\1", html))
