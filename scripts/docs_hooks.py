@@ -10,7 +10,10 @@ so the checks below only have to warn:
   property of a public class (inherited ones included, as the reference shows
   them), unless it is listed in ``UNDOCUMENTED`` below. A listed object that has
   gained its docstring (or is no longer there) fails the build too, so the list
-  only shrinks.
+  only shrinks;
+* every key of the ``DEFAULTS`` dicts of the two settings modules
+  (``SETTINGS_DEFAULTS``) has a row in ``docs/settings.md``, and every row there
+  is a real key.
 
 The code is read statically with griffe (as mkdocstrings reads it): nothing is
 imported, so the docs build needs neither Django nor the project's dependencies.
@@ -22,6 +25,7 @@ introduces a literal block becomes ``:``.
 
 from __future__ import annotations
 
+import ast
 import logging
 import re
 from pathlib import Path
@@ -61,6 +65,9 @@ UNDOCUMENTED = frozenset(
         "durable.tasks_backend.DurableBackend.get_result",
     }
 )
+
+# Where the settings' defaults are defined, and the heading of their table in docs/settings.md.
+SETTINGS_DEFAULTS = {"DURABLE": "durable/conf.py", "DURABLE_DASHBOARD": "durable_dashboard/conf.py"}
 
 _DIRECTIVE = re.compile(r"^:::\s+(\S+)", re.MULTILINE)
 _ROLE = re.compile(r":(?:func|class|meth|mod|attr|exc|data|obj):(<code>)~?")
@@ -129,8 +136,39 @@ def on_pre_build(config: Any) -> None:
         log.warning("public API: %s has no docstring", path)
     for path in sorted(UNDOCUMENTED - missing):
         log.warning("public API: %s has a docstring now (or is gone); remove it from UNDOCUMENTED", path)
+    _check_settings(docs_dir)
     if missing & UNDOCUMENTED:
         log.info("public API: %d object(s) still without a docstring (UNDOCUMENTED)", len(missing & UNDOCUMENTED))
+
+
+def _default_keys(path: Path) -> set[str] | None:
+    """The keys of the module-level ``DEFAULTS = {...}`` dict in ``path`` (None if there is none)."""
+    for node in ast.parse(path.read_text()).body:
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        if isinstance(value, ast.Dict) and any(isinstance(t, ast.Name) and t.id == "DEFAULTS" for t in targets):
+            return {k.value for k in value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+    return None
+
+
+def _documented_keys(page: str, setting: str) -> set[str]:
+    """The first-column keys of the table under the ``## `SETTING``` heading of ``page``."""
+    section = page.split(f"## `{setting}`", 1)[-1].split("\n## ", 1)[0]
+    return set(re.findall(r"^\| `([A-Z_]+)` \|", section, re.MULTILINE))
+
+
+def _check_settings(docs_dir: Path) -> None:
+    page = (docs_dir / "settings.md").read_text()
+    for setting, module in SETTINGS_DEFAULTS.items():
+        keys = _default_keys(ROOT / module)
+        if keys is None:
+            log.warning("settings: no DEFAULTS dict in %s; point SETTINGS_DEFAULTS at the new place", module)
+            continue
+        documented = _documented_keys(page, setting)
+        for key in sorted(keys - documented):
+            log.warning("settings: %s[%r] (%s) has no row in docs/settings.md", setting, key, module)
+        for key in sorted(documented - keys):
+            log.warning("settings: docs/settings.md documents %s[%r], which %s does not define", setting, key, module)
 
 
 def on_page_content(html: str, **kwargs: Any) -> str:
