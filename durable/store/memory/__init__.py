@@ -15,6 +15,7 @@ State lives in ``store.tables`` (plain dicts of rows, for inspection in tests).
 from __future__ import annotations
 
 from durable.store.memory.events import EventsPart
+from durable.store.memory.listing import ListingPart
 from durable.store.memory.runs import RunsPart
 from durable.store.memory.steps import StepsPart
 from durable.store.memory.sweeps import SweepsPart
@@ -22,7 +23,7 @@ from durable.store.memory.tables import IntegrityError, Tables
 from durable.store.memory.turns import TurnsPart
 
 
-class MemoryStore(RunsPart, TurnsPart, StepsPart, EventsPart, SweepsPart):
+class MemoryStore(RunsPart, TurnsPart, StepsPart, EventsPart, SweepsPart, ListingPart):
     """:class:`durable.engine.ports.Store` in memory (see the module docstring)."""
 
 
