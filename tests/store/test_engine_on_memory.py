@@ -49,6 +49,16 @@ class StepClock:
             self._now += parse_duration(duration)
 
 
+class AnyFleet:
+    """Every step can be served; no lifecycle subscribers."""
+
+    def can_serve(self, step: str, queue: str | None) -> bool:
+        return True
+
+    def subscribers(self, event: str) -> list[str]:
+        return []
+
+
 SETTINGS = SimpleNamespace(
     transport="manual",
     lease=30.0,
@@ -134,7 +144,7 @@ def engine(store: MemoryStore, fake: StepClock) -> Engine:
     calls.clear()
     attempts.clear()
     wanted = inspect.signature(Engine).parameters
-    extra: dict[str, Any] = {"registry": registry, "clock": fake}
+    extra: dict[str, Any] = {"registry": registry, "clock": fake, "fleet": AnyFleet()}
     kwargs = {name: value for name, value in extra.items() if name in wanted}
     return Engine(store, ManualTransport(), SETTINGS, owner="memory-test", keeper=LeaseKeeper(), **kwargs)
 

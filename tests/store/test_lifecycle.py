@@ -143,3 +143,21 @@ def test_mark_owed_adds_subscribers_to_the_owed_set(store: Any) -> None:
     run = store.get_run("r1")
     assert (run.lifecycle, run.lifecycle_owed) == ({"owed": ["a", "b", "c"], "started": {"a": "x"}}, True)
     assert store.mark_owed("nope", ["a"]) is False
+
+
+def test_each_due_batch_fires_atomically_on_its_own(store: Any, probe: Any) -> None:
+    for run_id, subscriber in (("a", "one"), ("b", "two")):
+        _settled(store, run_id)
+        store.take_lifecycle_lease(run_id, OWNER, at(2), at(32))
+        store.finish_lifecycle(run_id, OWNER, at(3), {}, [], [(subscriber, run_id, run_id, {"window": 5})], _batch_run)
+
+    def fails_for_two(subscriber: str, batch_id: int, events: list[Any]) -> dict[str, Any]:
+        if subscriber == "two":
+            raise RuntimeError("cannot build")
+        return _batch_run(subscriber, batch_id, events)
+
+    with pytest.raises(RuntimeError):
+        store.fire_due_batches(at(8), 10, fails_for_two)
+    left = {batch[0] for batch in probe.batches()}
+    assert "two" in left and store.get_run("two-batch") is None
+    assert ("one" in left) == (store.get_run("one-batch") is None)  # fired with its batch deleted, or not at all

@@ -169,13 +169,17 @@ class EventsPart(MemoryBase):
         self.tables.drop(self.tables.batches, row["id"])
         return created
 
-    @atomically
+    @locked
     def fire_due_batches(self, now: datetime, limit: int, make_batch_run: MakeBatchRun) -> list[str]:
-        """Start the subscriber run of every accumulator whose time has come."""
+        """Start the subscriber run of every accumulator whose time has come, each in its own atomic block.
+
+        A batch whose run fails to build leaves the batches fired before it started.
+        """
         due = [row for row in self.tables.ordered(self.tables.batches) if row["fire_at"] <= now][:limit]
         created: list[str] = []
         for row in due:
-            created += self._fire(row, make_batch_run)
+            with self.atomic():
+                created += self._fire(row, make_batch_run)
         return created
 
     @locked
