@@ -418,9 +418,9 @@ def _batched_statements(monkeypatch) -> list[int]:
     sizes: list[int] = []
     original = _pg.commit_many
 
-    def spy(owner, entries):
-        sizes.append(len(entries))
-        return original(owner, entries)
+    def spy(plans):
+        sizes.append(len(plans))
+        return original(plans)
 
     monkeypatch.setattr(_pg, "commit_many", spy)
     return sizes
@@ -506,7 +506,7 @@ def test_a_cancel_arriving_before_a_batched_suspend_wakes_the_run_at_once(monkey
 def test_when_the_shared_commit_fails_each_run_commits_alone(monkeypatch):
     from durable.store import _pg
 
-    def broken(owner, entries):
+    def broken(plans):
         raise RuntimeError("statement failed")
 
     monkeypatch.setattr(_pg, "commit_many", broken)
@@ -602,10 +602,10 @@ def test_a_failed_shared_statement_leaves_the_other_shapes_committed_and_its_own
 
     original = _pg.commit_many
 
-    def suspends_fail(owner, entries):
-        if entries[0][4] is not None:  # the re-suspensions' statement (a wake time to write)
+    def suspends_fail(plans):
+        if plans[0].run.cancel_wake is not None:  # the re-suspensions' statement (a wake time to write)
             raise RuntimeError("statement failed")
-        return original(owner, entries)
+        return original(plans)
 
     with fake_clock() as clock:
         naps = asleep(3, prefix="mixed")

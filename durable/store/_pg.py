@@ -20,7 +20,7 @@ statement's snapshot, which was taken before the wait.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ from django.db import connection
 from django.db.models import Field, JSONField
 
 from durable import conf
+from durable.engine.plan import CHECKPOINT_UPDATABLE, CommitPlan
 from durable.engine.ports import CheckpointRecord, RunRecord
 from durable.models import ACTIVE, Checkpoint, Run, RunStatus, SignalWaiter
 
@@ -151,13 +152,6 @@ def execute(sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
 
 # -- a turn's commit ----------------------------------------------------------------
 _LEASED = f"{_q('id')} = %s AND {_q('status')} = %s AND {_q('locked_by')} = %s"
-_CP_RECORD = set(CheckpointRecord.__dataclass_fields__)
-# Columns a checkpoint update may change (identity and dispatch fields stay as inserted).
-_CP_UPDATABLE = [
-    name
-    for name in CheckpointRecord.__dataclass_fields__
-    if name not in ("seq", "name", "kind", "queue", "enqueued_at", "input")
-]
 
 
 def _cp_value(run_id: str, rec: CheckpointRecord, field: Field[Any, Any]) -> Any:
@@ -168,7 +162,10 @@ def _cp_value(run_id: str, rec: CheckpointRecord, field: Field[Any, Any]) -> Any
     return field.get_default()
 
 
-def _set_clause(fields: dict[str, Any], params: list[Any]) -> str:
+_CP_RECORD = set(CheckpointRecord.__dataclass_fields__)
+
+
+def _set_clause(fields: Mapping[str, Any], params: list[Any]) -> str:
     parts = []
     for name, value in fields.items():
         field = _RUN_FIELD[name]
@@ -177,55 +174,44 @@ def _set_clause(fields: dict[str, Any], params: list[Any]) -> str:
     return ", ".join(parts)
 
 
-def commit(
-    run_id: str,
-    owner: str,
-    run_fields: dict[str, Any],
-    creates: list[CheckpointRecord],
-    updates: list[tuple[CheckpointRecord, tuple[str, ...], str | None]],
-    cancel_wake: tuple[datetime, datetime | None] | None = None,
-) -> tuple[bool, datetime | None, bool]:
-    """Write the run's fields and its checkpoints if ``owner`` still holds the lease.
+def commit(plan: CommitPlan) -> tuple[bool, datetime | None, bool]:
+    """Execute a commit plan of shape ``BATCH`` or ``STATEMENT`` as one statement.
 
-    ``cancel_wake=(now, wake_at)``: a suspending turn's wake time, replaced by
-    ``now`` when a cancel-with-undo arrived during the turn. Returns whether
-    anything was written (False: the lease was gone), the run's ``wake_at``
-    as written, and whether any run ever waited for this one (its latest
-    committed ``awaited``, read under the row lock).
+    Returns whether anything was written (False: the lease or a step claim
+    was gone), the run's ``wake_at`` as written, and whether any run ever
+    waited for this one (its latest committed ``awaited``, read under the
+    row lock).
     """
+    run, lease = plan.run, plan.run.lease
     params: list[Any] = []
-    sets = _set_clause(run_fields, params)
-    if cancel_wake is not None:
+    sets = _set_clause(run.sets, params)
+    if run.cancel_wake is not None:
         sets += (
             f"{', ' if sets else ''}{_q('wake_at')} = "
             f"CASE WHEN {_q('cancel_requested')} THEN %s::timestamptz ELSE %s::timestamptz END"
         )
-        params += list(cancel_wake)
+        params += [run.cancel_wake.now, run.cancel_wake.wake_at]
+    claimed = [u for u in plan.updates if u.claimed_by is not None]
     # Steps this process claimed must still be claimed by it: checked on the locked row
     # (latest version), as part of the lease condition, so a miss writes nothing at all.
     claims = "".join(
         f" AND EXISTS (SELECT 1 FROM {CP_TABLE} WHERE {_q('run_id')} = %s AND {_q('seq')} = %s "
         f"AND {_q('status')} = ANY(%s) AND {_q('locked_by')} = %s FOR UPDATE)"
-        for _, _, claimed_by in updates
-        if claimed_by is not None
+        for _ in claimed
     )
     if sets:
-        lease = f"UPDATE {RUN_TABLE} SET {sets} WHERE {_LEASED}{claims} RETURNING {_q('wake_at')}, {_q('awaited')}"
+        cas = f"UPDATE {RUN_TABLE} SET {sets} WHERE {_LEASED}{claims} RETURNING {_q('wake_at')}, {_q('awaited')}"
     else:
         # Nothing to change on the run: a share lock is enough to serialise with a cancel
         # or a takeover (both update the row), and costs no new row version.
-        lease = f"SELECT {_q('wake_at')}, {_q('awaited')} FROM {RUN_TABLE} WHERE {_LEASED}{claims} FOR SHARE"
-    ctes = [f"lease AS ({lease})"]
-    params += [run_id, RunStatus.RUNNING, owner]
-    for rec, expect, claimed_by in updates:
-        if claimed_by is not None:
-            params += [run_id, rec.seq, list(expect), claimed_by]
-    for i, (rec, expect, _) in enumerate(updates):
+        cas = f"SELECT {_q('wake_at')}, {_q('awaited')} FROM {RUN_TABLE} WHERE {_LEASED}{claims} FOR SHARE"
+    ctes = [f"lease AS ({cas})"]
+    params += [lease.run_id, lease.status, lease.owner]
+    for u in claimed:
+        params += [lease.run_id, u.seq, list(u.expect), u.claimed_by]
+    for i, u in enumerate(plan.updates):
         cols = []
-        for name in _CP_UPDATABLE:
-            value = getattr(rec, name)
-            if name in ("started_at", "attempts") and not value:
-                continue
+        for name, value in u.written().items():
             field = _CP_FIELD[name]
             cols.append(f"{_col(field)} = {_param(field)}")
             params.append(_prep(field, value))
@@ -233,13 +219,13 @@ def commit(
             f"u{i} AS (UPDATE {CP_TABLE} SET {', '.join(cols)} WHERE {_q('run_id')} = %s AND {_q('seq')} = %s "
             f"AND {_q('status')} = ANY(%s) AND EXISTS (SELECT 1 FROM lease))"
         )
-        params += [run_id, rec.seq, list(expect)]
-    if creates:
+        params += [lease.run_id, u.seq, list(u.expect)]
+    if plan.inserts:
         row = f"SELECT {', '.join(_param(f) for f in _CP_INSERT)} FROM lease"
-        for rec in creates:
-            params += [_prep(f, _cp_value(run_id, rec, f)) for f in _CP_INSERT]
+        for rec in plan.inserts:
+            params += [_prep(f, _cp_value(lease.run_id, rec, f)) for f in _CP_INSERT]
         names = ", ".join(_col(f) for f in _CP_INSERT)
-        ctes.append(f"ins AS (INSERT INTO {CP_TABLE} ({names}) {' UNION ALL '.join([row] * len(creates))})")
+        ctes.append(f"ins AS (INSERT INTO {CP_TABLE} ({names}) {' UNION ALL '.join([row] * len(plan.inserts))})")
     found = execute(f"WITH {', '.join(ctes)} SELECT {_q('wake_at')}, {_q('awaited')} FROM lease", params)
     if not found:
         return False, None, False
@@ -251,46 +237,35 @@ def _array(field: Field[Any, Any]) -> str:
     return f"%s::{field.cast_db_type(connection)}[]"
 
 
-# A checkpoint update in a batch writes every updatable column; the two a single commit
-# skips when unset keep their stored value here instead.
+# A checkpoint update in a batch writes every updatable column; those a single commit
+# leaves as stored when unset (plan.KEEP_IF_UNSET) keep their stored value here instead.
 _KEEP_IF_UNSET = {"started_at": "COALESCE(u.{c}, cp.{c})", "attempts": "COALESCE(NULLIF(u.{c}, 0), cp.{c})"}
 
 
-def commit_many(
-    owner: str,
-    entries: Sequence[
-        tuple[
-            str,
-            dict[str, Any],
-            list[CheckpointRecord],
-            list[tuple[CheckpointRecord, tuple[str, ...], str | None]],
-            tuple[datetime, datetime | None] | None,
-        ]
-    ],
-) -> dict[str, tuple[datetime | None, bool]]:
-    """:func:`commit` for several runs in one statement; their fields must have the same names.
+def commit_many(plans: Sequence[CommitPlan]) -> dict[str, tuple[datetime | None, bool]]:
+    """:func:`commit` for several plans of one :attr:`CommitPlan.batch_key`, in one statement.
 
-    Each entry is ``(run_id, run_fields, creates, updates, cancel_wake)`` as
-    :func:`commit` takes them (no step claims). Values travel as one array
-    per column, so the statement's text depends only on the shape and is
-    prepared once. Each run's row is updated only where ``owner`` still
-    holds its lease, and only those runs' checkpoints are written. Returns
-    ``{run_id: (wake_at, awaited)}`` for the runs written.
+    Values travel as one array per column, so the statement's text depends
+    only on the shape and is prepared once. Each run's row is updated only
+    where the owner still holds its lease, and only those runs' checkpoints
+    are written. Returns ``{run_id: (wake_at, awaited)}`` for the runs written.
     """
-    names = list(entries[0][1])
-    ids = [e[0] for e in entries]
+    first = plans[0].run
+    names = list(first.sets)
+    ids = [p.run.lease.run_id for p in plans]
     params: list[Any] = [ids]
     cols = [_q("id")]
     for name in names:
         field = _RUN_FIELD[name]
         cols.append(_col(field))
-        params.append([_prep(field, e[1][name]) for e in entries])
+        params.append([_prep(field, p.run.sets[name]) for p in plans])
     sets = [f"{c} = v.{c}" for c in cols[1:]]
     arrays = ["%s::varchar[]"] + [_array(_RUN_FIELD[n]) for n in names]
-    if entries[0][4] is not None:
+    if first.cancel_wake is not None:
         cols += ["cw_now", "cw_wake"]
         arrays += ["%s::timestamptz[]", "%s::timestamptz[]"]
-        params += [[e[4][0] for e in entries], [e[4][1] for e in entries]]  # type: ignore[index]
+        wakes = [p.run.cancel_wake for p in plans]
+        params += [[w.now for w in wakes if w], [w.wake_at for w in wakes if w]]
         sets.append(f"{_q('wake_at')} = CASE WHEN r.{_q('cancel_requested')} THEN v.cw_now ELSE v.cw_wake END")
     ctes = [
         f"v AS (SELECT * FROM unnest({', '.join(arrays)}) AS v({', '.join(cols)}))",
@@ -301,8 +276,8 @@ def commit_many(
         f"AND COALESCE(r.{_q('locked_by')}, '') = %s "
         f"RETURNING r.{_q('id')}, r.{_q('wake_at')}, r.{_q('awaited')})",
     ]
-    params += [ids, RunStatus.RUNNING, owner]
-    creates = [(e[0], rec) for e in entries for rec in e[2]]
+    params += [ids, first.lease.status, first.lease.owner]
+    creates = [(p.run.lease.run_id, rec) for p in plans for rec in p.inserts]
     if creates:
         names_sql = ", ".join(_col(f) for f in _CP_INSERT)
         ctes.append(
@@ -311,9 +286,9 @@ def commit_many(
             f"WHERE c.{_q('run_id')} IN (SELECT {_q('id')} FROM lease))"
         )
         params += [[_prep(f, _cp_value(run_id, rec, f)) for run_id, rec in creates] for f in _CP_INSERT]
-    updates = [(e[0], rec, expect) for e in entries for rec, expect, _ in e[3]]
+    updates = [(p.run.lease.run_id, u) for p in plans for u in p.updates]
     if updates:
-        fields = [_CP_FIELD[name] for name in _CP_UPDATABLE]
+        fields = [_CP_FIELD[name] for name in CHECKPOINT_UPDATABLE]
         ucols = [_col(f) for f in fields]
         usets = [
             f"{c} = " + (_KEEP_IF_UNSET[f.name].format(c=c) if f.name in _KEEP_IF_UNSET else f"u.{c}")
@@ -326,8 +301,8 @@ def commit_many(
             f"AND cp.{_q('status')} = ANY(string_to_array(u.u_expect, ',')) "
             f"AND u.u_run IN (SELECT {_q('id')} FROM lease))"
         )
-        params += [[u[0] for u in updates], [u[1].seq for u in updates], [",".join(u[2]) for u in updates]]
-        params += [[_prep(f, getattr(rec, f.name)) for _, rec, _ in updates] for f in fields]
+        params += [[u[0] for u in updates], [u[1].seq for u in updates], [",".join(u[1].expect) for u in updates]]
+        params += [[_prep(f, u.values[f.name]) for _, u in updates] for f in fields]
     rows = execute(f"WITH {', '.join(ctes)} SELECT * FROM lease", params)
     return {run_id: (wake, bool(awaited)) for run_id, wake, awaited in rows}
 
