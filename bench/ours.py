@@ -432,9 +432,7 @@ def run_command(args: argparse.Namespace) -> dict[str, Any]:
         transport = MODE_TRANSPORT[args.mode]
     with override_settings(DURABLE={**settings.DURABLE, "TRANSPORT": transport}):
         result = COMMANDS[args.cmd](args)
-        shutdown = getattr(get_engine().transport, "shutdown", None)
-        if shutdown is not None:
-            shutdown(wait=True)
+        get_engine().transport.shutdown(wait=True)
     connections.close_all()
     return result
 

@@ -173,8 +173,7 @@ def _create(fields: dict[str, Any]) -> bool:
             if created:
                 transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
         return created
-    run_leased = getattr(engine.transport, "run_leased", None)
-    if run_leased is None:
+    if not engine.transport.takes_leased_runs():
         created = store.create_run(fields)
         if created:
             engine.transport.dispatch_turn(run_id)
@@ -182,7 +181,7 @@ def _create(fields: dict[str, Any]) -> bool:
     now = clock.now()
     run = store.create_leased_run(fields, engine.owner, now, now + timedelta(seconds=engine.settings.lease))
     if run is not None:
-        run_leased(run)
+        engine.transport.run_leased(run)
     return run is not None
 
 

@@ -1,3 +1,5 @@
+"""The Django app: discovers every installed app's ``workflows`` module and registers the system checks."""
+
 from __future__ import annotations
 
 import os
@@ -5,6 +7,8 @@ import sys
 
 from django.apps import AppConfig
 from django.core import checks
+
+from durable.checks import check_settings
 
 
 class DurableConfig(AppConfig):
@@ -51,15 +55,3 @@ def _is_dev_server() -> bool:
     if argv != ["runserver"]:
         return False
     return os.environ.get("RUN_MAIN") == "true" or "--noreload" in sys.argv
-
-
-def check_settings(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
-    from django.core.exceptions import ImproperlyConfigured
-
-    from durable import conf
-
-    try:
-        conf.get()
-    except ImproperlyConfigured as exc:
-        return [checks.Error(str(exc), id="durable.E001")]
-    return []

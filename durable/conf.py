@@ -2,7 +2,9 @@
 
 Read through :func:`get` every time a value is needed (never at import time),
 so ``override_settings(DURABLE={...})`` in tests takes effect at once. The
-parsed result is cached and dropped whenever Django reports a settings change.
+parsed result is cached by :mod:`durable.runtime` (the one home of
+process-wide state) and dropped whenever Django reports a change of
+``DURABLE`` or ``CELERY_BROKER_URL``; this module only parses.
 
 Options (durations accept ``"30s"``-style strings or numbers of seconds):
 
@@ -57,12 +59,13 @@ from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
-from django.core.signals import setting_changed
 
 from durable.engine.durations import to_seconds
 from durable.exceptions import InvalidInput
 
 TRANSPORTS = ("inline", "celery", "manual")
+# Django settings the parsed result depends on.
+WATCHED_SETTINGS = ("DURABLE", "CELERY_BROKER_URL")
 
 DEFAULTS: dict[str, Any] = {
     "TRANSPORT": None,
@@ -116,9 +119,6 @@ class DurableSettings:
     eager_steps: bool
     fleet_ttl: float
     prepared_statements: bool
-
-
-_cache: DurableSettings | None = None
 
 
 def _parse(raw: Any) -> DurableSettings:
@@ -177,18 +177,13 @@ def _parse(raw: Any) -> DurableSettings:
     )
 
 
+def parse_django_settings() -> DurableSettings:
+    """Parse ``settings.DURABLE`` as it is now; raises ImproperlyConfigured on a bad value."""
+    return _parse(getattr(django_settings, "DURABLE", None))
+
+
 def get() -> DurableSettings:
-    """The validated DURABLE settings; raises ImproperlyConfigured on a bad value."""
-    global _cache
-    if _cache is None:
-        _cache = _parse(getattr(django_settings, "DURABLE", None))
-    return _cache
+    """The validated DURABLE settings (cached); raises ImproperlyConfigured on a bad value."""
+    from durable import runtime
 
-
-def _reset(*, setting: str, **_: Any) -> None:
-    global _cache
-    if setting in ("DURABLE", "CELERY_BROKER_URL"):
-        _cache = None
-
-
-setting_changed.connect(_reset)
+    return runtime.settings()

@@ -10,14 +10,13 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from durable.engine.clock import now as clock_now
-
 # Re-exported: the dashboard and older imports read the statuses from here.
 from durable.engine.vocab import ACTIVE as ACTIVE
 from durable.engine.vocab import TERMINAL as TERMINAL
 from durable.engine.vocab import CheckpointKind as CheckpointKind
 from durable.engine.vocab import CheckpointStatus as CheckpointStatus
 from durable.engine.vocab import RunStatus as RunStatus
+from durable.runtime import now as clock_now
 
 # Labels for the admin and the API; the values are the engine's (durable.engine.vocab).
 RUN_STATUS_LABELS = {

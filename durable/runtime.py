@@ -1,22 +1,108 @@
-"""The process-wide engine, built from settings on first use and rebuilt when they change."""
+"""The only process-wide state of django-durable, and the object graph built from it.
+
+This module builds, once per settings value, the store, transport, fleet and
+engine, and holds everything else that is per process: the settings cache,
+the current clock, the default registry the decorators register into, the
+lease keeper, the owner id, the step routes served eagerly, the embedded
+worker loop and the fleet advertiser. No other module of durable keeps
+mutable module-level state; code that needs a dependency receives it (an
+engine, a store, a client) or asks this module.
+
+Concurrency: the graph is built under a lock, so threads racing for the
+first engine get the same one. A settings change (``override_settings``)
+builds a new engine on the next call and shuts the old one's transport down.
+``os.fork`` (Celery prefork) gives the child its own owner id, lease keeper,
+engine and transport threads; the parent's are unusable there.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from django.core.signals import setting_changed
 
 from durable import conf
+from durable.engine import clock as engine_clock
+from durable.engine.clock import Clock, SystemClock
 from durable.engine.core import Engine, Fleet, make_owner_id
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
+from durable.engine.registry import Registry
+from durable.engine.registry import registry as _engine_registry
 from durable.transports import build
 
+if TYPE_CHECKING:
+    from durable.fleet import Advertiser
+    from durable.worker.loop import WorkerLoop
+
 _lock = threading.Lock()
+_settings: conf.DurableSettings | None = None
 _engine: Engine | None = None
 _owner = make_owner_id()
 _keeper: LeaseKeeper | None = None
 # Step routes this process's Celery worker consumes (kept across fork: the pool inherits them).
 _eager_routes: frozenset[str | None] = frozenset()
+_clock: Clock = SystemClock()
+_embedded: WorkerLoop | None = None
+_embedded_lock = threading.Lock()
+_advertiser: Advertiser | None = None
+
+#: The registry ``@durable.workflow`` and ``@durable.step`` register into.
+registry: Registry = _engine_registry
+
+
+# -- settings -------------------------------------------------------------------------
+
+
+def settings() -> conf.DurableSettings:
+    """The validated ``settings.DURABLE``, parsed once and again after each change of it."""
+    global _settings
+    current = _settings
+    if current is None:
+        current = _settings = conf.parse_django_settings()
+    return current
+
+
+def _settings_changed(*, setting: str, **_: Any) -> None:
+    global _settings
+    if setting in conf.WATCHED_SETTINGS:
+        _settings = None
+
+
+setting_changed.connect(_settings_changed)
+
+
+# -- clock ----------------------------------------------------------------------------
+
+
+def install_clock(clock: Clock) -> Clock:
+    """Make ``clock`` the process-wide clock; return the previous one to restore later."""
+    global _clock
+    previous, _clock = _clock, clock
+    # The engine's code reads the module clock until it reads ``engine.clock``.
+    engine_clock.install(clock)
+    return previous
+
+
+def now() -> datetime:
+    """The current time on the installed clock (timezone-aware, UTC)."""
+    return _clock.now()
+
+
+def current_clock() -> Clock:
+    return _clock
+
+
+def is_fake() -> bool:
+    """True while a clock other than the system clock is installed (a test's fake clock)."""
+    return not isinstance(_clock, SystemClock)
+
+
+# -- fork -----------------------------------------------------------------------------
 
 
 def _after_fork() -> None:
@@ -32,6 +118,9 @@ def _after_fork() -> None:
 os.register_at_fork(after_in_child=_after_fork)
 
 
+# -- the engine -----------------------------------------------------------------------
+
+
 def _close_connection() -> None:
     from django.db import connection
 
@@ -40,56 +129,101 @@ def _close_connection() -> None:
 
 def get_engine() -> Engine:
     """The engine for the current settings (``override_settings``-safe)."""
-    global _engine, _keeper
-    settings = conf.get()
+    current = settings()
     engine = _engine
-    if engine is not None and engine.settings is settings:
+    if engine is not None and engine.settings is current:
         return engine
     with _lock:
-        if _engine is not None and _engine.settings is settings:
+        if _engine is not None and _engine.settings is current:
             return _engine
-        if _keeper is None:
-            _keeper = LeaseKeeper(close_connection=_close_connection)
-        from durable.store import store
+        return _build_engine(current)
 
-        old = _engine
-        transport = build(settings.transport, get_engine, settings.worker_threads)
-        if old is not None:
-            listeners = old.listeners
-        else:
-            from durable import signals
 
-            listeners = Listeners()
-            listeners.add(signals.send_status)
-            listeners.add_lifecycle(signals.send_lifecycle)
-        _engine = Engine(
-            store,
-            transport,
-            settings,
-            owner=_owner,
-            keeper=_keeper,
-            fleet=_fleet(settings, store),
-            eager_routes=_eager_routes,
-            listeners=listeners,
-        )
-        if old is not None:
-            shutdown = getattr(old.transport, "shutdown", None)
-            if shutdown is not None:
-                shutdown()
-        return _engine
+def _build_engine(current: conf.DurableSettings) -> Engine:
+    """Build the engine for ``current`` settings (under ``_lock``), carrying the listeners over.
+
+    The engine is never changed once built: a new settings value or new eager
+    routes build a new one, and the old one's transport is shut down.
+    """
+    global _engine, _keeper
+    if _keeper is None:
+        _keeper = LeaseKeeper(close_connection=_close_connection)
+    from durable.store import store
+
+    old = _engine
+    if old is not None:
+        listeners = old.listeners
+    else:
+        from durable import signals
+
+        listeners = Listeners()
+        listeners.add(signals.send_status)
+        listeners.add_lifecycle(signals.send_lifecycle)
+    _engine = Engine(
+        store,
+        build(current.transport, get_engine, current.worker_threads),
+        current,
+        registry=registry,
+        owner=_owner,
+        keeper=_keeper,
+        fleet=_fleet(current, store),
+        eager_routes=_eager_routes,
+        listeners=listeners,
+    )
+    if old is not None:
+        old.transport.shutdown()
+    return _engine
 
 
 def serve_routes_eagerly(routes: frozenset[str | None]) -> None:
-    """Declare the step routes this worker process consumes (see ``EAGER_STEPS``)."""
+    """Declare the step routes this worker process consumes (see ``EAGER_STEPS``).
+
+    An engine already built is replaced by one serving these routes.
+    """
     global _eager_routes
-    _eager_routes = routes
-    if _engine is not None:
-        _engine.eager_routes = routes
+    with _lock:
+        _eager_routes = routes
+        if _engine is not None and _engine.eager_routes != routes:
+            _build_engine(_engine.settings)
 
 
-def _fleet(settings: conf.DurableSettings, store: object) -> Fleet:
+def _fleet(current: conf.DurableSettings, store: object) -> Fleet:
     from durable.fleet import AnyFleet, DbFleet
 
-    if settings.transport == "celery" and settings.fleet_check:
-        return DbFleet(store, settings.fleet_ttl)
+    if current.transport == "celery" and current.fleet_check:
+        return DbFleet(store, current.fleet_ttl)
     return AnyFleet()
+
+
+# -- the worker loop and fleet advertisement of this process ---------------------------
+
+
+def start_embedded_worker() -> WorkerLoop | None:
+    """Start the worker loop in a daemon thread of this process, once (see ``EMBEDDED_WORKER``)."""
+    global _embedded
+    current = get_engine().settings
+    if current.transport != "inline" or not current.embedded_worker:
+        return None
+    with _embedded_lock:
+        if _embedded is None:
+            from durable.worker.loop import WorkerLoop
+
+            _embedded = WorkerLoop()
+            threading.Thread(target=_embedded.run_forever, name="durable-embedded-worker", daemon=True).start()
+            logging.getLogger("durable.worker").info("embedded durable worker started")
+    return _embedded
+
+
+def start_advertising(queues: list[str]) -> None:
+    """Advertise this worker process in the fleet (queues, steps, workflows) until :func:`stop_advertising`."""
+    global _advertiser
+    from durable.fleet import Advertiser
+
+    engine = get_engine()
+    _advertiser = Advertiser(engine.store, engine.owner, queues, engine.settings.fleet_ttl)
+    _advertiser.start()
+
+
+def stop_advertising() -> None:
+    if _advertiser is not None:
+        _advertiser.stop()

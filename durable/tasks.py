@@ -17,8 +17,9 @@ from celery import shared_task
 from celery.signals import celeryd_after_setup, worker_shutdown
 from django.db import close_old_connections
 
-from durable import sweeps
+from durable import runtime
 from durable.runtime import get_engine
+from durable.worker.tick import tick
 
 
 @shared_task(name="durable.run_turn", ignore_result=True)
@@ -36,30 +37,22 @@ def execute_step(run_id: str, seq: int) -> str:
 @shared_task(name="durable.sweep", ignore_result=True)
 def sweep() -> dict[str, int]:
     """All sweeps, announcing work through the transport (safe on many beats at once)."""
-    return sweeps.tick(get_engine(), execute=False)
+    return tick(get_engine(), execute=False)
 
 
 # -- fleet advertisement: each worker says which queues and steps it serves ---------
 
-_advertiser: Any = None
-
 
 @celeryd_after_setup.connect
 def _advertise(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
-    global _advertiser
-    from durable.fleet import Advertiser
-    from durable.runtime import serve_routes_eagerly
     from durable.transports.celery import DEFAULT_QUEUE
 
     queues = list(instance.app.amqp.queues.consume_from.keys()) if instance is not None else []
     # A step without a route goes to the default queue; one routed there by name runs here too.
-    serve_routes_eagerly(frozenset([*queues, *([None] if DEFAULT_QUEUE in queues else [])]))
-    engine = get_engine()
-    _advertiser = Advertiser(engine.store, engine.owner, queues, engine.settings.fleet_ttl)
-    _advertiser.start()
+    runtime.serve_routes_eagerly(frozenset([*queues, *([None] if DEFAULT_QUEUE in queues else [])]))
+    runtime.start_advertising(queues)
 
 
 @worker_shutdown.connect
 def _retire(**kwargs: Any) -> None:
-    if _advertiser is not None:
-        _advertiser.stop()
+    runtime.stop_advertising()

@@ -26,13 +26,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
 
-from durable import sweeps
+from durable import runtime
 from durable.api import RunInfo, get_run
-from durable.engine import clock as engine_clock
 from durable.engine.clock import FakeClock
 from durable.exceptions import InvalidInput
 from durable.runtime import get_engine
-from durable.store import store
+from durable.worker.tick import tick
 
 __all__ = ["FakeClock", "drive", "fake_clock", "run_until_settled"]
 
@@ -41,16 +40,16 @@ __all__ = ["FakeClock", "drive", "fake_clock", "run_until_settled"]
 def fake_clock(start: datetime | None = None) -> Iterator[FakeClock]:
     """Install a :class:`FakeClock` for the duration of the block."""
     fake = FakeClock(start)
-    previous = engine_clock.install(fake)
+    previous = runtime.install_clock(fake)
     try:
         yield fake
     finally:
-        engine_clock.install(previous)
+        runtime.install_clock(previous)
 
 
 def drive() -> dict[str, int]:
     """Run one pass of every sweep in this thread; returns what each did."""
-    return sweeps.tick(get_engine(), execute=True)
+    return tick(get_engine(), execute=True)
 
 
 def run_until_settled(run_id: str, timeout: float = 10.0) -> RunInfo:
@@ -65,19 +64,19 @@ def run_until_settled(run_id: str, timeout: float = 10.0) -> RunInfo:
     deadline = time.monotonic() + timeout
     engine = get_engine()
     while True:
-        counts = sweeps.tick(engine, execute=True)
+        counts = tick(engine, execute=True)
         run = get_run(run_id, follow=True)
         remaining = deadline - time.monotonic()
         if run.is_terminal or remaining <= 0:
             return run
         if any(counts.values()):
             continue
-        if engine_clock.is_fake():
+        if runtime.is_fake():
             return run
-        due = store.next_due()
+        due = engine.store.next_due()
         if due is None:
             return run
-        wait = (due - engine_clock.now()).total_seconds()
+        wait = (due - runtime.now()).total_seconds()
         if wait > remaining:
             return run
         time.sleep(min(max(wait, 0.002), remaining))

@@ -24,8 +24,9 @@ def _require_services(request: pytest.FixtureRequest) -> None:
 @pytest.fixture(autouse=True)
 def _isolated_engine():
     """Each test starts with the real clock."""
-    from durable.engine import clock
+    from durable import runtime
+    from durable.engine.clock import SystemClock
 
-    previous = clock.install(clock.SystemClock())
+    previous = runtime.install_clock(SystemClock())
     yield
-    clock.install(previous)
+    runtime.install_clock(previous)

@@ -34,7 +34,8 @@ from django.db.models.query import QuerySet
 from django.test import override_settings
 
 import durable
-from durable import conf, sweeps
+from durable import conf
+from durable import worker as sweeps
 from durable.engine import clock as engine_clock
 from durable.engine.core import Engine
 from durable.engine.leases import LeaseKeeper

@@ -9,7 +9,7 @@ from django.core.management import call_command
 from django.test import override_settings
 
 import durable
-from durable import sweeps
+from durable import worker as sweeps
 from durable.engine import clock
 from durable.fleet import descriptor
 from durable.models import Checkpoint

@@ -11,7 +11,8 @@ from django.db import connection
 from django.test import override_settings
 
 import durable
-from durable import conf, sweeps
+from durable import conf
+from durable import worker as sweeps
 from durable.engine.core import Engine
 from durable.models import Checkpoint
 from durable.runtime import get_engine

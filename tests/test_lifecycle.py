@@ -12,7 +12,8 @@ from django.db import connection
 from django.dispatch import receiver
 
 import durable
-from durable import signals, sweeps
+from durable import signals
+from durable import worker as sweeps
 from durable.engine import lifecycle
 from durable.engine.registry import registry
 from durable.models import LifecycleBatch, Run

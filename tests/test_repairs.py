@@ -10,8 +10,9 @@ import pytest
 from django.test import override_settings
 
 import durable
-from durable import sweeps
+from durable import worker as sweeps
 from durable.engine import clock
+from durable.engine.ports import Transport
 from durable.models import Checkpoint, Run
 from durable.runtime import get_engine
 from durable.testing import drive, fake_clock, run_until_settled
@@ -28,7 +29,7 @@ def _reset():
     behaviour.clear()
 
 
-class Recorder:
+class Recorder(Transport):
     """A transport that records what would have been sent."""
 
     def __init__(self) -> None:

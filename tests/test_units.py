@@ -204,7 +204,7 @@ def test_settings_are_validated(bad):
     with override_settings(DURABLE=bad):
         with pytest.raises(ImproperlyConfigured):
             conf.get()
-        from durable.apps import check_settings
+        from durable.checks import check_settings
 
         assert [e.id for e in check_settings()] == ["durable.E001"]
 

@@ -308,7 +308,35 @@ class Transport(Protocol):
     """Pushes work to whoever executes it. Called after the writes it announces commit.
 
     A transport may lose messages: the sweeps find the work again in the database.
+    ``dispatch_turn`` and ``dispatch_step`` are required; the other methods are
+    optional capabilities with safe defaults, which a transport that subclasses
+    this protocol inherits (callers never probe for them).
     """
 
     def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None: ...
     def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None: ...
+
+    def takes_leased_runs(self) -> bool:
+        """True when :meth:`run_leased` runs a turn in this process at once.
+
+        ``durable.start`` then inserts a new run already leased to this process
+        and hands it over, saving the separate acquire of its first turn.
+        """
+        return False
+
+    def run_leased(self, run: RunRecord) -> None:
+        """Run the first turn of ``run``, inserted leased to this process (only if :meth:`takes_leased_runs`)."""
+        name = type(self).__name__
+        raise NotImplementedError(f"{name} does not take leased runs")
+
+    def attach_loop(self, nudge: Callable[[float], None] | None) -> None:
+        """A worker loop runs in this process: ``nudge(delay)`` wakes it by a delayed turn's due time.
+
+        A transport may then leave delayed turns to the loop's sweep; ``None``
+        detaches the loop. The default ignores it.
+        """
+        return None
+
+    def shutdown(self, wait: bool = False) -> None:
+        """Stop this transport's threads (``wait``: let work in progress finish). Default: nothing to stop."""
+        return None

@@ -16,6 +16,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from durable.engine.ports import Transport
+
 logger = logging.getLogger("durable.celery")
 
 DEFAULT_QUEUE = "durable"
@@ -27,7 +29,7 @@ SWEEP_EVERY = 2.0
 DB_REUSE_MAX = 100
 
 
-class CeleryTransport:
+class CeleryTransport(Transport):
     def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
         from durable.tasks import run_turn
 
@@ -41,9 +43,6 @@ class CeleryTransport:
         if delay > MAX_COUNTDOWN:
             return
         execute_step.apply_async(args=[run_id, seq], queue=queue or DEFAULT_QUEUE, countdown=delay or None)
-
-    def shutdown(self, wait: bool = False) -> None:
-        return None
 
 
 def configure(app: Any) -> None:

@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections
 
+from durable.engine.ports import RunRecord, Transport
+
 if TYPE_CHECKING:
     from durable.engine.core import Engine
-    from durable.engine.ports import RunRecord
 
 logger = logging.getLogger("durable.inline")
 
@@ -33,7 +34,7 @@ logger = logging.getLogger("durable.inline")
 MAX_SCHEDULED_DELAY = 60.0
 
 
-class InlineTransport:
+class InlineTransport(Transport):
     def __init__(self, get_engine: Callable[[], Engine], threads: int) -> None:
         self._get_engine = get_engine
         self._pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="durable")
@@ -57,6 +58,9 @@ class InlineTransport:
             nudge(delay)  # the run's wake_at is stored: the loop's sweep takes it when due
             return
         self._submit(lambda: self._get_engine().run_turn(run_id), delay)
+
+    def takes_leased_runs(self) -> bool:
+        return True
 
     def run_leased(self, run: RunRecord) -> None:
         """Run the first turn of a run this process inserted already leased (see ``durable.start``)."""

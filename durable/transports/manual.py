@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+from durable.engine.ports import Transport
 
-class ManualTransport:
+
+class ManualTransport(Transport):
     def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
         return None
 
     def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None:
-        return None
-
-    def shutdown(self, wait: bool = False) -> None:
         return None

@@ -33,7 +33,7 @@ from django.db import DatabaseError, InterfaceError, OperationalError, connectio
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from durable import sweeps
+from durable import worker as sweeps
 from durable.models import Checkpoint, Run
 from durable.runtime import get_engine
 from tests.integration.common import BROKER_ENV, LOG_ENV, READY_ENV, SETTINGS_ENV, session

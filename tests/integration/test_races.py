@@ -18,7 +18,8 @@ from django.db import connections
 from django.utils import timezone
 
 import durable
-from durable import conf, sweeps
+from durable import conf
+from durable import worker as sweeps
 from durable.engine.core import Engine
 from durable.models import Checkpoint, Run
 from durable.runtime import get_engine

@@ -17,9 +17,9 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 
-from durable import sweeps
 from durable.engine import clock
 from durable.runtime import get_engine
+from durable.worker.tick import tick
 
 logger = logging.getLogger("durable.worker")
 
@@ -28,7 +28,7 @@ _STOP_CHECK = 0.1
 
 
 class WorkerLoop:
-    """Run :func:`durable.sweeps.tick` until ``stop`` is set.
+    """Run :func:`durable.worker.tick` until ``stop`` is set.
 
     The due-run sweep claims a page of runs at once and the loop runs their
     turns on ``WORKER_THREADS`` threads of its own (on PostgreSQL). It ticks
@@ -64,7 +64,7 @@ class WorkerLoop:
         try:
             # Inside a transaction (a test's) other threads would not see its rows.
             runner = self._run_claimed if threaded and not connection.in_atomic_block else None
-            return sweeps.tick(get_engine(), execute=True, should_stop=self.stop.is_set, runner=runner)
+            return tick(get_engine(), execute=True, should_stop=self.stop.is_set, runner=runner)
         finally:
             # Inside a test's transaction the connection must stay as it is.
             if not connection.in_atomic_block:
@@ -100,9 +100,7 @@ class WorkerLoop:
 
     def run_forever(self) -> None:
         transport = get_engine().transport
-        attach = getattr(transport, "attach_loop", None)
-        if attach is not None:
-            attach(self.nudge)
+        transport.attach_loop(self.nudge)
         try:
             while not self.stop.is_set():
                 try:
@@ -114,14 +112,11 @@ class WorkerLoop:
                 if not any(counts.values()):
                     self._sleep(self._idle_wait())
         finally:
-            if attach is not None:
-                attach(None)
+            transport.attach_loop(None)
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
-        shutdown = getattr(transport, "shutdown", None)
-        if shutdown is not None:
-            shutdown(wait=True)
+        transport.shutdown(wait=True)
 
     def _sleep(self, seconds: float) -> None:
         """Wait ``seconds``, less if stopped or nudged."""
@@ -143,11 +138,8 @@ class WorkerLoop:
         """
         engine = get_engine()
         interval = self.interval or engine.settings.worker_interval
-        next_wake = getattr(engine.store, "next_wake", None)
-        if next_wake is None:
-            return interval
         try:
-            due = next_wake()
+            due = engine.store.next_wake()
         except Exception:
             logger.warning("could not read the next wake time", exc_info=True)
             return interval
@@ -159,23 +151,13 @@ class WorkerLoop:
         return min(max((due - clock.now()).total_seconds(), 0.0), interval)
 
 
-_embedded: WorkerLoop | None = None
-_embedded_lock = threading.Lock()
-
-
 def start_embedded() -> WorkerLoop | None:
     """Start the worker loop in a daemon thread of this process, once.
 
     Does nothing unless the transport is ``inline`` and
-    ``DURABLE["EMBEDDED_WORKER"]`` is true.
+    ``DURABLE["EMBEDDED_WORKER"]`` is true. The loop is held by
+    :mod:`durable.runtime` (process-wide state lives there).
     """
-    global _embedded
-    settings = get_engine().settings
-    if settings.transport != "inline" or not settings.embedded_worker:
-        return None
-    with _embedded_lock:
-        if _embedded is None:
-            _embedded = WorkerLoop()
-            threading.Thread(target=_embedded.run_forever, name="durable-embedded-worker", daemon=True).start()
-            logger.info("embedded durable worker started")
-    return _embedded
+    from durable import runtime
+
+    return runtime.start_embedded_worker()

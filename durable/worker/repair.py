@@ -1,0 +1,225 @@
+"""Sweeps that repair what a crash, a lost message or a deadline left behind.
+
+Orphaned runs (their turn's lease expired), running steps whose worker vanished
+or whose attempt timed out, pending steps no worker took, runs past their
+execution timeout, and blocked runs whose cause is gone. Each sweep is safe to
+run at the same time on any number of machines (every state change it makes is
+compare-and-set), bounded by ``DURABLE["SWEEP_BATCH"]`` per call, and returns
+how much it did. ``execute=True`` runs the work in the calling thread (worker
+loop, test kit); ``execute=False`` only announces it through the transport
+(Celery beat).
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from durable.engine import clock, lifecycle
+from durable.engine.core import Engine
+from durable.engine.registry import registry
+from durable.exceptions import StepNotFound, WorkflowNotFound
+from durable.worker.due import StopCheck, never
+
+logger = logging.getLogger("durable.sweeps")
+
+
+def expire_timeouts(engine: Engine, *, should_stop: StopCheck = never) -> int:
+    """Stop runs past their execution timeout (``@workflow(timeout=...)``); they end ``failed``."""
+    now = clock.now()
+    done = 0
+    for run_id in engine.store.overdue_runs(now, engine.settings.sweep_batch):
+        if should_stop():
+            break
+        error = {
+            "message": "the run exceeded its execution timeout",
+            "code": "timeout",
+            "retryable": False,
+            "type": "Timeout",
+            "traceback": None,
+        }
+        rec = engine.store.get_run(run_id)
+        if rec is None:
+            continue
+        if rec.status != "blocked":
+            # The run's next turn stops at its first new operation, undoes completed steps
+            # that declared a compensation (a saga), and ends failed with this error.
+            if engine.store.request_timeout(run_id, now, error):
+                done += 1
+                engine.transport.dispatch_turn(run_id)
+            continue
+        # A blocked run cannot execute its undo here: it fails at once.
+        owed = lifecycle.owed_record(engine, rec.workflow, "failed")
+        if engine.store.fail_overdue(run_id, now, error, owed):
+            done += 1
+            _notify(engine, run_id)
+            if owed:
+                lifecycle.publish(engine, run_id)
+    return done
+
+
+def _notify(engine: Engine, run_id: str) -> None:
+    """A run settled outside a turn: wake (and dispatch) the runs waiting on it."""
+    for woken in engine.store.notify_settled(run_id, clock.now()):
+        engine.transport.dispatch_turn(woken)
+
+
+def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCheck = never) -> dict[str, int]:
+    """Take over runs left ``running`` by a turn whose lease expired (its worker died).
+
+
+    The decision is made on the run as re-read under the new lease; a run past
+    ``MAX_RECOVERY_ATTEMPTS`` goes ``dead`` (only if still running: a
+    concurrent cancel wins).
+    """
+    store = engine.store
+    counts = {"recovered": 0, "dead": 0}
+    now = clock.now()
+    for run_id in store.orphans(now, engine.settings.sweep_batch):
+        if should_stop():
+            break
+        now = clock.now()
+        lease_until = now + timedelta(seconds=engine.settings.lease)
+        result = store.recover_orphan(
+            run_id,
+            engine.owner,
+            now,
+            lease_until,
+            engine.settings.max_recovery_attempts,
+            lambda workflow: lifecycle.owed_record(engine, workflow, "dead"),
+        )
+        if result is None:
+            continue
+        if isinstance(result, str):
+            counts["dead"] += 1
+            logger.error("run %s dead-lettered after too many recoveries", run_id)
+            _notify(engine, run_id)
+            lifecycle.publish(engine, run_id)
+            continue
+        counts["recovered"] += 1
+        if execute:
+            engine.run_turn(run_id, acquired=result)
+        elif store.release(run_id, engine.owner, now, now, False):
+            engine.transport.dispatch_turn(run_id)
+    return counts
+
+
+def recheck_blocked(engine: Engine) -> int:
+    """Return blocked runs to pending once what blocked them is resolved.
+
+
+    A run blocked on an unregistered workflow version waits until this process
+    has that version; one blocked on a step no live worker served waits until
+    such a worker advertises itself.
+    """
+    ready = []
+    for row in engine.store.blocked_runs(engine.settings.sweep_batch):
+        reason = row["error"] or {}
+        if reason.get("code") == "no_capable_worker":
+            if not engine.fleet.can_serve(reason.get("step", ""), reason.get("queue")):
+                continue
+        else:
+            try:
+                registry.get_workflow(row["workflow"], row["version"])
+            except WorkflowNotFound:
+                continue
+        ready.append(row["id"])
+    if not ready:
+        return 0
+    count = int(engine.store.unblock(ready, clock.now()))
+    for run_id in ready:
+        engine.transport.dispatch_turn(run_id)
+    return count
+
+
+def recover_steps(engine: Engine, *, execute: bool = True, should_stop: StopCheck = never) -> int:
+    """Handle running steps whose worker vanished (lease lapsed) or whose timeout passed.
+
+
+    A vanished worker's step goes back to pending under the same step id and
+    runs again. A timed-out attempt counts as a failure: retried under the
+    step's policy, else the step fails with code ``step_timeout``.
+    """
+    store = engine.store
+    now = clock.now()
+    done = 0
+    for row in store.expired_steps(now, engine.settings.sweep_batch):
+        if should_stop():
+            break
+        run_id, seq = row["run_id"], row["seq"]
+        if row["timeout_at"] is not None and row["timeout_at"] < now:
+            error = {
+                "message": f"step {row['name']!r} timed out",
+                "code": "step_timeout",
+                "retryable": True,
+                "type": "StepTimeout",
+                "traceback": None,
+            }
+            try:
+                sd = registry.get_step(row["name"])
+                retry = row["attempts"] <= sd.retries
+                delay = sd.backoff.delay(row["attempts"]) if retry else 0.0
+            except StepNotFound:
+                retry, delay = False, 0.0
+            if retry:
+                store.finish_step(run_id, seq, now, error=error, retry_at=now + timedelta(seconds=delay))
+                engine.transport.dispatch_step(run_id, seq, row["queue"], delay=delay)
+            elif store.finish_step(run_id, seq, now, error=error):
+                _turn(engine, run_id, execute)
+            done += 1
+            continue
+        if store.reset_step(run_id, seq, row["wake_at"], now + _redelivery(engine)):
+            done += 1
+            if execute:
+                engine.execute_step(run_id, seq)
+            else:
+                engine.transport.dispatch_step(run_id, seq, row["queue"])
+    return done
+
+
+def _redelivery(engine: Engine) -> timedelta:
+    return timedelta(seconds=engine.settings.step_lease or engine.settings.reconcile_after)
+
+
+def redispatch_lost_steps(engine: Engine, *, should_stop: StopCheck = never) -> dict[str, int]:
+    """Re-dispatch pending steps no worker took in time (lost message, flushed broker).
+
+
+    The same step id is dispatched again, so a worker that did get the first
+    message and a worker that gets the second cannot both settle it. With
+    ``STEP_LEASE`` set, a step re-dispatched ``STEP_REDISPATCH_MAX`` times
+    without any worker taking it fails with code ``remote_step_lost``, into
+    the workflow's own error handling. Due retries are dispatched here too.
+    """
+    store = engine.store
+    settings = engine.settings
+    counts = {"redispatched": 0, "lost": 0}
+    now = clock.now()
+    for row in store.lost_steps(now, settings.sweep_batch):
+        if should_stop():
+            break
+        run_id, seq = row["run_id"], row["seq"]
+        retry_due = row["retry_at"] is not None and row["dispatches"] == 0
+        if settings.step_lease and not retry_due and row["dispatches"] >= settings.step_redispatch_max:
+            error = {
+                "message": (f"step {row['name']!r} was dispatched {row['dispatches'] + 1} times and no worker took it"),
+                "code": "remote_step_lost",
+                "retryable": False,
+                "type": "RemoteStepLost",
+                "traceback": None,
+            }
+            if store.finish_step(run_id, seq, now, error=error):
+                engine.transport.dispatch_turn(run_id)
+            counts["lost"] += 1
+            continue
+        if store.redispatch_step(run_id, seq, row["wake_at"], now + _redelivery(engine)):
+            engine.transport.dispatch_step(run_id, seq, row["queue"])
+            counts["redispatched"] += 1
+    return counts
+
+
+def _turn(engine: Engine, run_id: str, execute: bool) -> None:
+    if execute:
+        engine.run_turn(run_id)
+    else:
+        engine.transport.dispatch_turn(run_id)
