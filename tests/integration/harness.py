@@ -4,7 +4,7 @@
 subprocesses on the test database and our own Redis database, and kills every
 one of them at teardown, even when the test failed. :class:`Sweeper` is a
 thread of the test process that stands in for beat: it calls
-``durable.sweeps.tick(engine, execute=False)`` a few times a second, which is
+``durable.worker.tick(engine, execute=False)`` a few times a second, which is
 exactly what beat's ``durable.sweep`` task does on a worker, so recovered work
 is announced through Redis and executed by the workers.
 """
