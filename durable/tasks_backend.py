@@ -66,7 +66,8 @@ class DurableTask(Task):  # type: ignore[misc]
 
 
 def _step_name(queue: str) -> str:
-    return "django.task" if queue == DEFAULT_QUEUE else f"django.task:{queue}"
+    # No dot in the name: a dotted step name would be routed to the queue named by its prefix.
+    return "django_task" if queue == DEFAULT_QUEUE else f"django_task:{queue}"
 
 
 def execute_task(path: str, args: list[Any], kwargs: dict[str, Any], takes_context: bool, run_id: str) -> Any:
@@ -133,6 +134,11 @@ class DurableBackend(BaseTaskBackend):  # type: ignore[misc]
             _register_queue(queue)
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """Start the run of ``task(*args, **kwargs)`` and return its :class:`TaskResult` (status READY).
+
+        Idempotent per result id (a new id each call); inside ``transaction.atomic()``
+        the run exists only if the transaction commits.
+        """
         self.validate_task(task)
         result_id = uuid.uuid4().hex
         retries = getattr(task, "retries", None)
@@ -150,6 +156,7 @@ class DurableBackend(BaseTaskBackend):  # type: ignore[misc]
         return self.get_result(result_id)
 
     def get_result(self, result_id: str) -> Any:
+        """The :class:`TaskResult` of ``result_id``, read from its run (any process; raises TaskResultDoesNotExist)."""
         try:
             run = durable.get_run(result_id)
         except (RunNotFound, InvalidInput):

@@ -61,8 +61,6 @@ UNDOCUMENTED = frozenset(
         "durable.WorkflowContext.workflow",
         "durable.testing.FakeClock.now",
         "durable.testing.FakeClock.set",
-        "durable.tasks_backend.DurableBackend.enqueue",
-        "durable.tasks_backend.DurableBackend.get_result",
     }
 )
 
