@@ -232,3 +232,16 @@ def test_a_turn_that_lost_its_run_to_a_cancel_writes_nothing(
     assert engine.run_turn("c1") is None
     assert kinds(store, "c1") == [(1, "local", "completed"), (2, "sleep", "pending")]
     assert store.get_run("c1").status == RunStatus.CANCELLED
+
+
+def test_a_claimed_page_of_turns_commits_together(engine: Engine, store: MemoryStore, fake: StepClock) -> None:
+    for i in range(3):
+        start(store, fake, "m_order", f"p{i}", {"qty": i + 1})
+    store.cancel("p1", fake.now())
+    page = store.claim_due_runs(engine.owner, fake.now(), fake.now() + timedelta(seconds=30), 10)
+    assert [run.id for run in page] == ["p0", "p2"]
+    results = engine.run_turns([(run, store.load_histories([run.id]).get(run.id, {})) for run in page])
+    assert results == [RunStatus.SUSPENDED, RunStatus.SUSPENDED]
+    assert [store.get_run(f"p{i}").status for i in range(3)] == ["suspended", "cancelled", "suspended"]
+    assert store.load_checkpoints("p2")[1].output == 90
+    assert store.next_wake() == START + timedelta(hours=1)
