@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
+from durable.engine.plan import StepResultPlan, plan_step_claim, plan_step_result
 from durable.engine.ports import RunRecord, StepClaim
-from durable.engine.vocab import ACTIVE, SETTLED, UNSETTLED, CheckpointKind, CheckpointStatus, RunStatus
+from durable.engine.vocab import SETTLED, CheckpointStatus
 from durable.store.memory.base import MemoryBase, atomically
-from durable.store.memory.tables import Row, as_json, run_record
+from durable.store.memory.tables import CHECKPOINT_JSON, Row, as_json, run_record
 
 
 class StepsPart(MemoryBase):
@@ -29,26 +30,22 @@ class StepsPart(MemoryBase):
         lease_until: datetime,
         timeout_of: Callable[[str], float | None] = lambda name: None,
     ) -> StepClaim | None:
-        """Claim a pending, due step of an active run for ``owner`` (one attempt counted)."""
+        """Claim a pending, due step of an active run for ``owner`` (one attempt counted).
+
+        The plan's conditions (:func:`durable.engine.plan.plan_step_claim`): a
+        ``step`` checkpoint still ``pending``, its retry due, its run active.
+        """
+        plan = plan_step_claim(run_id, seq, owner, now, lease_until)
         cp = self._checkpoint(run_id, seq)
-        if cp is None or cp["kind"] != CheckpointKind.STEP or cp["status"] != CheckpointStatus.PENDING:
+        if cp is None or cp["kind"] != plan.kind or cp["status"] != plan.expect:
             return None
         if cp["retry_at"] is not None and cp["retry_at"] > now:
             return None  # a retry that is not due yet
         run = self.tables.runs.get(run_id)
-        if run is None or run["status"] not in ACTIVE:
+        if run is None or run["status"] not in plan.run_statuses:
             return None
-        timeout = timeout_of(cp["name"])
-        self.tables.set(
-            cp,
-            status=CheckpointStatus.RUNNING,
-            attempts=cp["attempts"] + 1,
-            locked_by=owner,
-            wake_at=lease_until,
-            dispatches=0,
-            started_at=now,
-            timeout_at=now + timedelta(seconds=timeout) if timeout else None,
-        )
+        timeout_at = plan.timeout_at(timeout_of(cp["name"]))
+        self.tables.set(cp, **{**plan.sets, "attempts": cp["attempts"] + 1, "timeout_at": timeout_at})
         return StepClaim(run_id, seq, cp["name"], as_json(cp["input"]), cp["attempts"], run["namespace"])
 
     @atomically
@@ -88,34 +85,17 @@ class StepsPart(MemoryBase):
         (for a requeue) without resuming it. A settled checkpoint is never
         changed, but a duplicate result still wakes a suspended run.
         """
-        run = self.tables.runs.get(run_id)
-        if run is None or run["status"] in (RunStatus.CANCELLED, RunStatus.COMPLETED):
+        return self._execute_result(plan_step_result(run_id, seq, now, output=output, error=error, retry_at=retry_at))
+
+    def _execute_result(self, plan: StepResultPlan) -> bool:
+        """Execute a step-result plan; True when the run was woken."""
+        run = self.tables.runs.get(plan.run_id)
+        if run is None or run["status"] in plan.ignored_runs:
             return False
-        cp = self._checkpoint(run_id, seq)
-        open_cp = cp if cp is not None and cp["status"] in UNSETTLED else None
-        if retry_at is not None:
-            if open_cp is not None:
-                self.tables.set(
-                    open_cp,
-                    status=CheckpointStatus.PENDING,
-                    error=as_json(error),
-                    retry_at=retry_at,
-                    wake_at=retry_at,
-                    locked_by=None,
-                )
-            return False
-        if open_cp is not None:
-            settled = CheckpointStatus.FAILED if error is not None else CheckpointStatus.COMPLETED
-            self.tables.set(
-                open_cp,
-                status=settled,
-                output=as_json(output) if error is None else None,
-                error=as_json(error),
-                wake_at=None,
-                finished_at=now,
-                locked_by=None,
-            )
-        return bool(self._wake([run_id], now))
+        cp = self._checkpoint(plan.run_id, plan.seq)
+        if cp is not None and cp["status"] in plan.open:
+            self.tables.set(cp, **{k: as_json(v) if k in CHECKPOINT_JSON else v for k, v in plan.sets.items()})
+        return plan.wake and bool(self._wake([plan.run_id], plan.now))
 
     @atomically
     def finish_step_and_acquire(

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from durable.engine.plan import CommitPlan, RunChange, plan_commit, waiter_events, waiter_runs, waiter_signals
 from durable.engine.ports import REFUSED, CheckpointRecord, CommitResult, Outcome, TurnWrites, Waiter
-from durable.engine.vocab import EVENT_TOKEN, RUN_TOKEN, SETTLED, TERMINAL, WAIT_KINDS, RunStatus
+from durable.engine.vocab import RUN_TOKEN, SETTLED, TERMINAL
 from durable.store.memory.base import MemoryBase, locked, matches
 from durable.store.memory.tables import (
     CHECKPOINT_JSON,
+    RUN_JSON,
     IntegrityError,
     Row,
     as_json,
@@ -19,13 +22,6 @@ from durable.store.memory.tables import (
 )
 
 logger = logging.getLogger("durable.store")
-
-# Columns a checkpoint update may change (identity and dispatch columns stay as inserted).
-_UPDATABLE = [
-    name
-    for name in CheckpointRecord.__dataclass_fields__
-    if name not in ("seq", "name", "kind", "queue", "enqueued_at", "input")
-]
 
 
 class _Refused(Exception):
@@ -55,146 +51,109 @@ class TurnsPart(MemoryBase):
     ) -> CommitResult:
         """Write a turn's checkpoints (and, with ``outcome``, settle the run) atomically.
 
-        Nothing at all is written unless ``owner`` holds the lease, and every
-        claimed step it settles is still claimed by it. Settling releases the
-        lease in the same write. Waiters re-check, inside the commit, whether
-        what they wait for already happened (a buffered signal or event, a
-        settled run or step): then the run is due at once. Runs waiting on
-        this one are woken in the commit too and reported in the result.
+        What is written is :func:`durable.engine.plan.plan_commit`'s plan, as
+        the database stores write it: nothing at all unless ``owner`` holds
+        the lease and every claimed step it settles is still claimed by it;
+        settling releases the lease in the same write. Waiters re-check,
+        inside the commit, whether what they wait for already happened (a
+        buffered signal or event, a settled run or step): then the run is due
+        at once. Runs waiting on this one are woken in the commit and reported.
         """
+        return self.execute_commit(plan_commit(run_id, owner, now, lease_until, writes, outcome))
+
+    def execute_commit(self, plan: CommitPlan) -> CommitResult:
+        """Execute a commit plan as one atomic block; see :meth:`commit`."""
         try:
             with self.atomic():
-                return self._commit(run_id, owner, now, lease_until, writes, outcome)
+                row = self._held(plan.run.lease.run_id, plan.run.lease.owner)
+                if row is None:
+                    return REFUSED
+                self._write_run(row, plan.run)
+                cancelled = self._apply(plan)
+                poked = self._settle_waiters(plan)
+                return self._committed(plan, row, cancelled, plan.now if poked else row["wake_at"])
         except _Refused:
             return REFUSED
 
-    def _commit(
-        self,
-        run_id: str,
-        owner: str,
-        now: datetime,
-        lease_until: datetime,
-        writes: TurnWrites,
-        outcome: Outcome | None,
-    ) -> CommitResult:
-        row = self._held(run_id, owner)
-        if row is None:
-            return REFUSED
-        if outcome is not None and outcome.next_run is not None:
-            self._insert_runs([outcome.next_run])
-        self.tables.set(row, **{name: as_json(value) for name, value in writes.run_fields.items()})
-        if outcome is None:
-            self.tables.set(row, locked_until=lease_until, updated_at=now)
-        else:
-            self._settle_run(row, now, outcome)
-        cancelled = self._apply(run_id, writes, now)
-        if outcome is None:
+    def _write_run(self, row: Row, change: RunChange) -> None:
+        """The run's columns (the lease was checked; holding the store's lock is the row lock)."""
+        self.tables.set(row, **{name: as_json(v) if name in RUN_JSON else v for name, v in change.sets.items()})
+        if change.cancel_wake is not None:
+            cancel = change.cancel_wake
+            self.tables.set(row, wake_at=cancel.now if row["cancel_requested"] else cancel.wake_at)
+
+    def _committed(self, plan: CommitPlan, row: Row, cancelled: list[str], wake_at: datetime | None) -> CommitResult:
+        """The waiters this commit wakes, and the result the turn reads."""
+        if not plan.final:
             return CommitResult(written=True)
-        poked = self._settle_waiters(run_id, writes, outcome, now)
-        tokens = [RUN_TOKEN + rid for rid in cancelled]
-        if outcome.status in TERMINAL:
-            tokens += outcome.notify
-        woken = tuple(self._wake_waiters(tokens, now)) if tokens else ()
-        if outcome.status != RunStatus.SUSPENDED:
-            return CommitResult(written=True, woken=woken)
-        return CommitResult(written=True, woken=woken, wake_at=now if poked else row["wake_at"])
+        after = plan.after
+        tokens = [RUN_TOKEN + rid for rid in cancelled] if after.wake_cancelled else []
+        if after.wake_tokens and (row["awaited"] or not after.only_if_awaited):
+            tokens += after.wake_tokens
+        woken = tuple(self._wake_waiters(tokens, plan.now)) if tokens else ()
+        return CommitResult(written=True, woken=woken, wake_at=wake_at if plan.suspends else None)
 
-    def _settle_run(self, row: Row, now: datetime, outcome: Outcome) -> None:
-        """The run's columns for ``outcome``; the lease is released in the same write."""
-        self._release(row, now, outcome.status)
-        if outcome.status == RunStatus.SUSPENDED:
-            # A cancel-with-undo that arrived during the turn must not wait for the timer.
-            cancel_now = row["cancel_requested"] and not outcome.cancel_seen
-            self.tables.set(row, wake_at=now if cancel_now else outcome.wake_at)
-        elif outcome.status == RunStatus.BLOCKED:
-            self.tables.set(row, wake_at=None, error=as_json(outcome.error))
-        else:
-            self.tables.set(
-                row, wake_at=None, finished_at=now, output=as_json(outcome.output), error=as_json(outcome.error)
-            )
-            if outcome.next_run is not None:
-                self.tables.set(row, continued_to=outcome.next_run["id"])
-            if outcome.lifecycle is not None:
-                self.tables.set(row, lifecycle=as_json(outcome.lifecycle), lifecycle_owed=True)
-
-    def _apply(self, run_id: str, writes: TurnWrites, now: datetime) -> list[str]:
-        """Apply checkpoint writes, new children and sibling cancellations; return cancelled ids."""
-        if writes.new_runs:
-            self._insert_runs(writes.new_runs)
+    def _apply(self, plan: CommitPlan) -> list[str]:
+        """Everything of the plan beyond the run row; returns the runs cancelled."""
+        run_id = plan.run.lease.run_id
+        if plan.new_runs:
+            self._insert_runs(list(plan.new_runs))
         history = self.tables.history(run_id)
-        for write in writes.checkpoints:
-            rec = write.record
-            if write.create:
-                if rec.seq in history:
-                    raise IntegrityError(f"run {run_id!r} already has a checkpoint at position {rec.seq}")
-                self.tables.put(history, rec.seq, new_checkpoint(run_id, rec, self.tables.next_id()))
+        for rec in plan.inserts:
+            if rec.seq in history:
+                raise IntegrityError(f"run {run_id!r} already has a checkpoint at position {rec.seq}")
+            self.tables.put(history, rec.seq, new_checkpoint(run_id, rec, self.tables.next_id()))
+        for change in plan.updates:
+            cp = history.get(change.seq)
+            if cp is None or cp["status"] not in change.expect:
+                if change.claimed_by is not None:
+                    raise _Refused()  # the claim was taken from us: the turn cannot stand
                 continue
-            cp = history.get(rec.seq)
-            if write.claimed_by is not None and (
-                cp is None or cp["status"] not in write.expect or cp["locked_by"] != write.claimed_by
-            ):
-                raise _Refused()  # the claim was taken from us: the turn cannot stand
-            if cp is not None and cp["status"] in write.expect:
-                self.tables.set(cp, **self._update_of(rec))
-        for signal_id in writes.consumed_signals:
+            if change.claimed_by is not None and cp["locked_by"] != change.claimed_by:
+                raise _Refused()
+            self.tables.set(cp, **{k: as_json(v) if k in CHECKPOINT_JSON else v for k, v in change.written().items()})
+        for signal_id in plan.consumed_signals:
             signal = self.tables.signals.get(signal_id)
             if signal is not None and signal["run_id"] == run_id:
                 self.tables.drop(self.tables.signals, signal_id)
-        return self._cancel_tree(writes.cancel_runs, now) if writes.cancel_runs else []
+        return self._cancel_tree(list(plan.cancel_runs), plan.now) if plan.cancel_runs else []
 
-    @staticmethod
-    def _update_of(rec: CheckpointRecord) -> dict[str, Any]:
-        """The columns a checkpoint update writes (an unset start or attempt count keeps the stored one)."""
-        changes = {}
-        for name in _UPDATABLE:
-            value = getattr(rec, name)
-            if name in ("started_at", "attempts") and not value:
-                continue
-            changes[name] = as_json(value) if name in CHECKPOINT_JSON else value
-        return changes
-
-    def _settle_waiters(self, run_id: str, writes: TurnWrites, outcome: Outcome, now: datetime) -> bool:
+    def _settle_waiters(self, plan: CommitPlan) -> bool:
         """Replace the run's waiters; True when the suspended run was made due at once (``now``)."""
-        waiters = outcome.waiters
-        waited = writes.consumed_signals or any(w.record.kind in WAIT_KINDS for w in writes.checkpoints)
-        if waiters or waited or outcome.had_waiters:
+        run_id, change = plan.run.lease.run_id, plan.waiters
+        if change is not None and change.clear:
             self._delete_waiters([run_id])
         taken: set[int] = set()
-        for w in waiters:
+        for w in change.add if change is not None else ():
             if w.seq in taken:
                 raise IntegrityError(f"run {run_id!r} waits twice at position {w.seq}")
             taken.add(w.seq)
             waiter_id = self.tables.next_id()
             row = {"id": waiter_id, "run_id": run_id, "name": w.token, "seq": w.seq, "match": as_json(w.match)}
-            self.tables.put(self.tables.waiters, waiter_id, {**row, "created_at": now})
-        if outcome.status != RunStatus.SUSPENDED:
+            self.tables.put(self.tables.waiters, waiter_id, {**row, "created_at": plan.now})
+        if not plan.suspends:
             return False
         history = self.tables.history(run_id)
-        watched = [w.seq for w in waiters] + outcome.step_seqs
-        settled = any(seq in history and history[seq]["status"] in SETTLED for seq in watched)
+        settled = any(seq in history and history[seq]["status"] in SETTLED for seq in plan.recheck)
         # Always asked when there are waiters: it also marks the awaited runs.
-        there = bool(waiters) and self._already_there(run_id, waiters)
-        return bool((settled or there) and self._wake([run_id], now))
+        there = change is not None and change.recheck_waiters and self._already_there(run_id, change.add)
+        return bool((settled or there) and self._wake([run_id], plan.now))
 
-    def _already_there(self, run_id: str, waiters: list[Waiter]) -> bool:
+    def _already_there(self, run_id: str, waiters: Sequence[Waiter]) -> bool:
         """Did what these waiters wait for happen before they were registered? Marks awaited runs first."""
-        awaited = [self.tables.runs.get(w.token[len(RUN_TOKEN) :]) for w in waiters if w.token.startswith(RUN_TOKEN)]
         done = False
-        for row in awaited:
+        for awaited in waiter_runs(waiters):
+            row = self.tables.runs.get(awaited)
             if row is not None:
                 self.tables.set(row, awaited=True)
                 done = done or row["status"] in TERMINAL
-        signals = {w.token for w in waiters if not w.token.startswith((RUN_TOKEN, EVENT_TOKEN))}
+        signals = set(waiter_signals(waiters))
         if done or any(s["run_id"] == run_id and s["name"] in signals for s in self.tables.signals.values()):
             return True
-        for w in waiters:
-            if w.token.startswith(EVENT_TOKEN):
-                name = w.token[len(EVENT_TOKEN) :]
-                buffered = [
-                    e for e in self.tables.ordered(self.tables.events) if e["name"] == name and not e["consumed"]
-                ]
-                if any(matches(w.match, e["payload"]) for e in buffered[:500]):
-                    return True
+        for name, match in waiter_events(waiters):
+            buffered = [e for e in self.tables.ordered(self.tables.events) if e["name"] == name and not e["consumed"]]
+            if any(matches(match, e["payload"]) for e in buffered[:500]):
+                return True
         return False
 
     def commit_many(
