@@ -7,10 +7,7 @@ is a fake clock that moves only when the test says so.
 
 from __future__ import annotations
 
-import inspect
-import threading
 from collections import Counter
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -18,9 +15,8 @@ from typing import Any
 import pytest
 
 import durable
-from durable.engine import clock as engine_clock
-from durable.engine.core import Engine
-from durable.engine.durations import Duration, parse_duration
+from durable.engine.clock import FakeClock
+from durable.engine.core import AnyFleet, Engine
 from durable.engine.leases import LeaseKeeper
 from durable.engine.registry import registry
 from durable.engine.runs import run_fields
@@ -31,32 +27,6 @@ from durable.transports.manual import ManualTransport
 START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 calls: Counter[str] = Counter()
 attempts: Counter[str] = Counter()
-
-
-class StepClock:
-    """A clock that stands still until the test advances it."""
-
-    def __init__(self, start: datetime) -> None:
-        self._now = start
-        self._lock = threading.Lock()
-
-    def now(self) -> datetime:
-        with self._lock:
-            return self._now
-
-    def advance(self, duration: Duration) -> None:
-        with self._lock:
-            self._now += parse_duration(duration)
-
-
-class AnyFleet:
-    """Every step can be served; no lifecycle subscribers."""
-
-    def can_serve(self, step: str, queue: str | None) -> bool:
-        return True
-
-    def subscribers(self, event: str) -> list[str]:
-        return []
 
 
 SETTINGS = SimpleNamespace(
@@ -125,31 +95,34 @@ def m_parent(ctx: durable.WorkflowContext) -> int:
 
 
 @pytest.fixture
-def fake() -> Iterator[StepClock]:
-    fake = StepClock(START)
-    install = getattr(engine_clock, "install", None)
-    previous = install(fake) if install is not None else None
-    yield fake
-    if install is not None:
-        install(previous)
+def fake() -> FakeClock:
+    return FakeClock(START)
 
 
 @pytest.fixture
-def store(fake: StepClock) -> MemoryStore:
+def store(fake: FakeClock) -> MemoryStore:
     return MemoryStore(clock=fake)
 
 
 @pytest.fixture
-def engine(store: MemoryStore, fake: StepClock) -> Engine:
+def engine(store: MemoryStore, fake: FakeClock) -> Engine:
+    """An engine of its own: nothing process-wide (no installed clock, no runtime)."""
     calls.clear()
     attempts.clear()
-    wanted = inspect.signature(Engine).parameters
-    extra: dict[str, Any] = {"registry": registry, "clock": fake, "fleet": AnyFleet()}
-    kwargs = {name: value for name, value in extra.items() if name in wanted}
-    return Engine(store, ManualTransport(), SETTINGS, owner="memory-test", keeper=LeaseKeeper(), **kwargs)
+    keeper = LeaseKeeper()
+    return Engine(
+        store,
+        ManualTransport(),
+        SETTINGS,
+        registry=registry,
+        clock=fake,
+        owner="memory-test",
+        keeper=keeper,
+        fleet=AnyFleet(),
+    )
 
 
-def start(store: MemoryStore, fake: StepClock, workflow: str, run_id: str, value: Any = None) -> None:
+def start(store: MemoryStore, fake: FakeClock, workflow: str, run_id: str, value: Any = None) -> None:
     wf = registry.get_workflow(workflow)
     assert store.create_run(run_fields(wf, run_id, value, now=fake.now(), namespace="default"))
 
@@ -159,7 +132,7 @@ def kinds(store: MemoryStore, run_id: str) -> list[tuple[int, str, str]]:
 
 
 def test_a_workflow_with_a_local_step_a_sleep_a_signal_and_a_step_completes(
-    engine: Engine, store: MemoryStore, fake: StepClock
+    engine: Engine, store: MemoryStore, fake: FakeClock
 ) -> None:
     start(store, fake, "m_order", "o1", {"qty": 2})
     assert engine.run_turn("o1") == RunStatus.SUSPENDED
@@ -183,7 +156,7 @@ def test_a_workflow_with_a_local_step_a_sleep_a_signal_and_a_step_completes(
 
 
 def test_signals_sent_before_the_waits_are_consumed_in_order(
-    engine: Engine, store: MemoryStore, fake: StepClock
+    engine: Engine, store: MemoryStore, fake: FakeClock
 ) -> None:
     start(store, fake, "m_two_signals", "s1")
     engine.run_turn("s1")
@@ -195,7 +168,7 @@ def test_signals_sent_before_the_waits_are_consumed_in_order(
 
 
 def test_a_dispatched_step_retry_waits_for_its_backoff_on_the_fake_clock(
-    engine: Engine, store: MemoryStore, fake: StepClock
+    engine: Engine, store: MemoryStore, fake: FakeClock
 ) -> None:
     start(store, fake, "m_retry", "r1")
     assert engine.run_turn("r1") == RunStatus.SUSPENDED
@@ -211,7 +184,7 @@ def test_a_dispatched_step_retry_waits_for_its_backoff_on_the_fake_clock(
     assert store.load_checkpoints("r1")[1].attempts == 2
 
 
-def test_a_child_completing_wakes_its_waiting_parent(engine: Engine, store: MemoryStore, fake: StepClock) -> None:
+def test_a_child_completing_wakes_its_waiting_parent(engine: Engine, store: MemoryStore, fake: FakeClock) -> None:
     start(store, fake, "m_parent", "p1")
     assert engine.run_turn("p1") == RunStatus.SUSPENDED
     (child_id,) = [run_id for run_id, row in store.tables.runs.items() if row["parent_id"] == "p1"]
@@ -223,7 +196,7 @@ def test_a_child_completing_wakes_its_waiting_parent(engine: Engine, store: Memo
 
 
 def test_a_turn_that_lost_its_run_to_a_cancel_writes_nothing(
-    engine: Engine, store: MemoryStore, fake: StepClock
+    engine: Engine, store: MemoryStore, fake: FakeClock
 ) -> None:
     start(store, fake, "m_order", "c1", {"qty": 1})
     engine.run_turn("c1")
@@ -234,7 +207,7 @@ def test_a_turn_that_lost_its_run_to_a_cancel_writes_nothing(
     assert store.get_run("c1").status == RunStatus.CANCELLED
 
 
-def test_a_claimed_page_of_turns_commits_together(engine: Engine, store: MemoryStore, fake: StepClock) -> None:
+def test_a_claimed_page_of_turns_commits_together(engine: Engine, store: MemoryStore, fake: FakeClock) -> None:
     for i in range(3):
         start(store, fake, "m_order", f"p{i}", {"qty": i + 1})
     store.cancel("p1", fake.now())
