@@ -96,7 +96,7 @@ def wait_all_completed(cluster, runs: list[str], lapse: Callable[[], int]) -> No
         unstick()
         return False
 
-    wait_until(completed, f"all {len(runs)} runs to complete", timeout=2 * SETTLE, diagnostics=cluster.diagnostics)
+    wait_until(completed, f"all {len(runs)} runs to complete", timeout=SETTLE, diagnostics=cluster.diagnostics)
 
 
 # A stalled dispatch is lapsed again at each stall: more re-dispatches than a quiet run needs.
