@@ -22,6 +22,7 @@ from tests.integration.harness import (
     assert_pipeline_history,
     lapse_leases_of,
     lapse_step_leases,
+    steps_held_by,
     wait_until,
 )
 from tests.integration.workflows import expected_pipeline
@@ -92,6 +93,8 @@ def test_worker_killed_mid_step_reruns_only_that_step_and_the_run_completes(clus
     victim = cluster.proc_by_pid(hung[0]["pid"])
     survivor = next(w for w in workers if w is not victim)
     victim.kill9()
+    killed = steps_held_by(victim)  # the hung step, and any other it had just claimed
+    assert killed[(victim_run, 3)] == 1
     assert lapse_leases_of(victim) >= 1  # at least the hung step's; any turn it was running too
 
     runs = [victim_run, *others]
@@ -115,7 +118,7 @@ def test_worker_killed_mid_step_reruns_only_that_step_and_the_run_completes(clus
     for run in others:
         assert acc.output[run] == expected_pipeline(int(run.rsplit("-", 1)[1]))
         assert_pipeline_history(acc, run)
-        assert_executions_match_attempts(acc, run)
+        assert_executions_match_attempts(acc, run, killed)
         # A turn killed between running the local step and committing it runs it again.
         assert acc.resumes[run] in (1, 2)
 
