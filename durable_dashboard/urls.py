@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 from django.urls import include, path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from rest_framework.routers import SimpleRouter
 
+from durable_dashboard.schema_views import SchemaView, SwaggerView
 from durable_dashboard.views import RunViewSet, WorkflowListView
 
 app_name = "durable_api"
@@ -25,8 +25,8 @@ def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResp
 
 urlpatterns = [
     path("workflows/", WorkflowListView.as_view(), name="workflows"),
-    path("schema/", SpectacularAPIView.as_view(), name="schema"),
-    path("docs/", SpectacularSwaggerView.as_view(url_name="durable_api:schema"), name="docs"),
+    path("schema/", SchemaView.as_view(), name="schema"),
+    path("docs/", SwaggerView.as_view(url_name="durable_api:schema"), name="docs"),
     path("", include(router.urls)),
     re_path(r"^.*/$", not_found),
 ]

@@ -14,75 +14,25 @@ from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 from django_filters.rest_framework import DjangoFilterBackend
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema, extend_schema_view
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema_view
 from rest_framework import status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, PermissionDenied, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.pagination import CursorPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
-from rest_framework.views import exception_handler as drf_exception_handler
 
 from durable import conf as durable_conf
 from durable.engine.registry import registry
-from durable.exceptions import DurableError
 from durable.models import Checkpoint, Run
 from durable_dashboard import operations
 from durable_dashboard import serializers as s
+from durable_dashboard.api_base import JSONEndpoint, documented
+from durable_dashboard.errors import STATUS_BY_CODE
+from durable_dashboard.errors import exception_handler as exception_handler  # the path settings name
 from durable_dashboard.filters import RunFilter, storable
 from durable_dashboard.permissions import CanPerformAction, CanViewRuns, namespace_allowed, visible_runs
-
-STATUS_BY_CODE = {
-    "run_not_found": status.HTTP_404_NOT_FOUND,
-    "event_not_set": status.HTTP_404_NOT_FOUND,
-    "update_rejected": status.HTTP_400_BAD_REQUEST,
-    "workflow_not_found": status.HTTP_400_BAD_REQUEST,
-    "invalid_input": status.HTTP_400_BAD_REQUEST,
-    "invalid_run_state": status.HTTP_409_CONFLICT,
-}
-
-
-def _first_message(errors: Any, path: str = "") -> str:
-    if isinstance(errors, dict):
-        for key, value in errors.items():
-            return _first_message(value, f"{path}.{key}" if path else str(key))
-    if isinstance(errors, list) and errors:
-        return _first_message(errors[0], path)
-    return f"{path}: {errors}" if path and path != "non_field_errors" else str(errors)
-
-
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Every error answer is ``{"detail": ..., "code": ...}`` (plus ``errors`` per field when invalid).
-
-    Durable's own errors become clear 4xx.
-    """
-    if isinstance(exc, DurableError):
-        code = operations.error_code(exc)
-        return Response({"detail": str(exc), "code": code}, status=STATUS_BY_CODE.get(code, 400))
-    response = drf_exception_handler(exc, context)
-    if response is None:
-        return None
-    if isinstance(exc, ValidationError):
-        errors = exc.detail if isinstance(exc.detail, dict) else {"non_field_errors": exc.detail}
-        if set(errors) == {"detail"} and not isinstance(errors["detail"], (dict, list)):
-            response.data = {"detail": str(errors["detail"]), "code": "invalid"}
-        else:
-            response.data = {
-                "detail": f"Invalid request: {_first_message(errors)}",
-                "code": "invalid",
-                "errors": errors,
-            }
-    elif isinstance(exc, APIException):
-        detail = exc.detail
-        code = getattr(detail, "code", None) or exc.default_code
-        response.data = {"detail": str(detail), "code": str(code)}
-    elif isinstance(response.data, dict) and "detail" in response.data:
-        response.data = {
-            "detail": str(response.data["detail"]),
-            "code": "not_found" if response.status_code == 404 else "error",
-        }
-    return response
 
 
 def _error(code: int, description: str) -> OpenApiResponse:
@@ -111,6 +61,13 @@ class RunPagination(CursorPagination):
     page_size_query_param = "page_size"
     max_page_size = 500
 
+    def decode_cursor(self, request: Request) -> Any:
+        """A cursor that is not one of ours is a bad request (400), not a missing page."""
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            raise ValidationError({"cursor": "Invalid cursor."}) from None
+
 
 def _outcome_response(outcome: operations.Outcome) -> Response:
     if outcome.ok:
@@ -123,12 +80,10 @@ LIST_FIELDS = s.RunSerializer.Meta.fields
 
 
 @extend_schema_view(
-    list=extend_schema(summary="List runs", responses={200: s.RunSerializer(many=True), **COMMON_ERRORS}),
-    retrieve=extend_schema(
-        summary="A run with its checkpoints", responses={200: s.RunDetailSerializer, **COMMON_ERRORS}
-    ),
+    list=documented(summary="List runs", responses={200: s.RunSerializer(many=True), **COMMON_ERRORS}),
+    retrieve=documented(summary="A run with its checkpoints", responses={200: s.RunDetailSerializer, **COMMON_ERRORS}),
 )
-class RunViewSet(viewsets.GenericViewSet[Run]):
+class RunViewSet(JSONEndpoint, viewsets.GenericViewSet[Run]):
     """Runs: list, detail, start, and the operator actions."""
 
     lookup_value_regex = "[^/]+"
@@ -216,7 +171,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
     def retrieve(self, request: Request, pk: str) -> Response:
         return Response(s.RunDetailSerializer(self.get_object()).data)
 
-    @extend_schema(
+    @documented(
         summary="Start a run (idempotent on run_id)",
         request=s.StartSerializer,
         responses={
@@ -250,14 +205,14 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
             s.RunDetailSerializer(run).data, status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED
         )
 
-    @extend_schema(
+    @documented(
         summary="Send a signal", request=s.SignalSerializer, responses={200: s.OutcomeSerializer, **ACTION_ERRORS}
     )
     @action(detail=True, methods=["post"])
     def signal(self, request: Request, pk: str) -> Response:
         return self._act(request, "signal", self._valid(s.SignalSerializer, request.data))
 
-    @extend_schema(
+    @documented(
         summary="Cancel a run (optionally compensating completed steps)",
         request=s.CancelSerializer,
         responses={200: s.OutcomeSerializer, **ACTION_ERRORS},
@@ -267,14 +222,14 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         data = self._valid(s.CancelSerializer, request.data)
         return self._act(request, "cancel_compensate" if data["compensate"] else "cancel", {})
 
-    @extend_schema(
+    @documented(
         summary="Requeue a failed or dead run", request=None, responses={200: s.OutcomeSerializer, **ACTION_ERRORS}
     )
     @action(detail=True, methods=["post"])
     def requeue(self, request: Request, pk: str) -> Response:
         return self._act(request, "requeue", {})
 
-    @extend_schema(
+    @documented(
         summary="Dispatch the run's pending steps again",
         request=None,
         responses={200: s.OutcomeSerializer, **ACTION_ERRORS},
@@ -283,7 +238,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
     def redispatch(self, request: Request, pk: str) -> Response:
         return self._act(request, "redispatch", {})
 
-    @extend_schema(
+    @documented(
         summary="Retry a failed run as a new run with corrected input",
         request=s.RetrySerializer,
         responses={200: s.OutcomeSerializer, **ACTION_ERRORS},
@@ -292,7 +247,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
     def retry_with_input(self, request: Request, pk: str) -> Response:
         return self._act(request, "retry", self._valid(s.RetrySerializer, request.data))
 
-    @extend_schema(
+    @documented(
         summary="Send a validated update to a run",
         request=s.UpdateSerializer,
         parameters=[OpenApiParameter("update_name", OpenApiTypes.STR, OpenApiParameter.PATH)],
@@ -305,7 +260,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         name.is_valid(raise_exception=True)
         return self._act(request, "update", {"name": update_name, **params})
 
-    @extend_schema(
+    @documented(
         summary="Republish the run's lifecycle events",
         request=None,
         responses={200: s.OutcomeSerializer, **ACTION_ERRORS},
@@ -314,7 +269,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
     def republish(self, request: Request, pk: str) -> Response:
         return self._act(request, "republish", {})
 
-    @extend_schema(
+    @documented(
         summary="Read a query value the run published (ctx.set_event)",
         parameters=[OpenApiParameter("key", OpenApiTypes.STR, OpenApiParameter.PATH)],
         responses={200: s.EventSerializer, **ACTION_ERRORS},
@@ -325,7 +280,7 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         value = operations.get_event(run_id, key)
         return Response({"run_id": run_id, "key": key, "value": value})
 
-    @extend_schema(
+    @documented(
         summary="Apply an action to the runs matching a filter (bounded)",
         request=s.BulkSerializer,
         parameters=[OpenApiParameter("bulk_action", OpenApiTypes.STR, OpenApiParameter.PATH, enum=s.BULK_ACTIONS)],
@@ -373,12 +328,12 @@ class RunViewSet(viewsets.GenericViewSet[Run]):
         return list(qs.order_by("-created_at", "-id").values_list("id", flat=True)[:limit])
 
 
-class WorkflowListView(APIView):
+class WorkflowListView(JSONEndpoint, APIView):
     """``GET workflows/``: the workflows registered in this process, with their versions."""
 
     permission_classes = [CanViewRuns]
 
-    @extend_schema(summary="Registered workflows", responses={200: s.WorkflowSerializer(many=True), **COMMON_ERRORS})
+    @documented(summary="Registered workflows", responses={200: s.WorkflowSerializer(many=True), **COMMON_ERRORS})
     def get(self, request: Request) -> Response:
         by_name: dict[str, list[Any]] = {}
         for wf in registry.workflows():

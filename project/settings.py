@@ -103,38 +103,8 @@ DURABLE = {
 
 # REST API (durable_dashboard, mounted at /api/durable/). Token or session authentication;
 # anonymous requests are refused; each action needs its own permission.
-REST_FRAMEWORK = {
-    "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
-        "rest_framework.authentication.SessionAuthentication",
-    ],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PARSER_CLASSES": ["durable_dashboard.parsers.BoundedJSONParser"],
-    "DEFAULT_RENDERER_CLASSES": [
-        "rest_framework.renderers.JSONRenderer",
-        "rest_framework.renderers.BrowsableAPIRenderer",
-    ],
-    "DEFAULT_THROTTLE_CLASSES": ["durable_dashboard.throttling.DurableUserThrottle"],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "durable_dashboard.views.exception_handler",
-    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
-}
-
-SPECTACULAR_SETTINGS = {
-    "TITLE": "django-durable API",
-    "DESCRIPTION": "Start, inspect and steer durable workflow runs.",
-    "VERSION": "1",
-    "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
-    "SWAGGER_UI_DIST": "SIDECAR",
-    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
-    "COMPONENT_SPLIT_REQUEST": True,
-    "ENUM_NAME_OVERRIDES": {
-        "RunStatusEnum": "durable.models.RunStatus",
-        "CheckpointStatusEnum": "durable.models.CheckpointStatus",
-    },
-}
+# The dashboard's API sets its own DRF policy (authentication, parsers, throttling, errors,
+# schema), so the project needs no REST_FRAMEWORK or SPECTACULAR_SETTINGS for it.
 
 DURABLE_DASHBOARD = {
     "REQUIRE_NAMESPACE_GRANT": env.bool("DURABLE_REQUIRE_NAMESPACE_GRANT", default=False),

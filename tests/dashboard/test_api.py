@@ -275,7 +275,9 @@ def test_list_cursor_pagination(api, viewer, make_run):
         page = client.get(page["next"]).json()
         seen += [r["id"] for r in page["results"]]
     assert seen == ["r4", "r3", "r2", "r1", "r0"]
-    assert client.get(f"{BASE}/runs/?cursor=garbage").status_code == 404
+    garbage = client.get(f"{BASE}/runs/?cursor=garbage")
+    assert garbage.status_code == 400
+    assert garbage.json()["code"] == "invalid"
 
 
 def test_detail_has_history_waiters_and_signals(api, viewer, make_run):

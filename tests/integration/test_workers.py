@@ -281,8 +281,8 @@ def test_long_step_with_heartbeats_is_never_redispatched(cluster, tmp_path):
     renewed it, and only then lets the sweeps look (twice a window). The step
     ends when the test opens its gate.
     """
-    from durable import sweeps
     from durable.runtime import get_engine
+    from durable.worker.tick import tick
 
     cluster.workers(("A", ["durable", "alpha", "beta"]))
     gate = tmp_path / "gate"
@@ -300,7 +300,7 @@ def test_long_step_with_heartbeats_is_never_redispatched(cluster, tmp_path):
             diagnostics=cluster.diagnostics,
         )
         for _ in range(2):
-            counts.update(sweeps.tick(get_engine(), execute=False))
+            counts.update(tick(get_engine(), execute=False))
             ticks_while_running += 1
     assert not cluster.executions(run, kind="step_done", seq=3)  # it ran through all five windows
     gate.touch()

@@ -30,7 +30,7 @@ INSTALLED_APPS += [
     "durable_dashboard",
     "shop",
 ]
-REST_FRAMEWORK = {"DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema"}
+# No REST_FRAMEWORK and no SPECTACULAR_SETTINGS: the dashboard brings its own policy.
 DURABLE = {"TRANSPORT": "manual"}
 """
 
@@ -94,6 +94,16 @@ report["admin_lists_run"] = "pkg-1" in page.content.decode()
 api = client.get("/api/durable/runs/")
 report["api_status"] = api.status_code
 report["api_ids"] = [r["id"] for r in api.json()["results"]]
+schema = client.get("/api/durable/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+report["schema_status"] = schema.status_code
+report["schema_title"] = json.loads(schema.content)["info"]["title"] if schema.status_code == 200 else None
+bad = client.post("/api/durable/runs/", {"workflow": "nope"}, content_type="application/json")
+report["bad_start"] = [bad.status_code, bad.json().get("code")]
+from django.core.management import call_command
+from io import StringIO
+out = StringIO()
+call_command("check", stdout=out, stderr=out)
+report["check"] = out.getvalue().strip()
 print("REPORT " + json.dumps(report))
 """
 
@@ -159,3 +169,7 @@ def test_a_new_project_runs_a_workflow_from_the_installed_wheel(wheel: Path, tmp
     assert report["output"] == {"total": 3, "got": "yes"}
     assert report["admin_status"] == 200 and report["admin_lists_run"]
     assert report["api_status"] == 200 and report["api_ids"] == ["pkg-1"]
+    assert (report["schema_status"], report["schema_title"]) == (200, "django-durable API")
+    assert report["bad_start"] == [400, "workflow_not_found"], report
+    # drf_spectacular_sidecar is not installed here: the docs page would load Swagger UI from the internet.
+    assert "durable_dashboard.W002" in report["check"]
