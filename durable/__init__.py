@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from durable.engine.composition import Call, ChildCall, call, child_call
-from durable.engine.context import WorkflowContext
+from durable.engine.context import Call, ChildCall, WorkflowContext, call, child_call
 from durable.engine.durations import parse_duration
 from durable.engine.registry import step, workflow
 from durable.engine.retry import Backoff

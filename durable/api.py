@@ -20,12 +20,12 @@ from django.db import transaction
 
 from durable import conf
 from durable.engine import clock
-from durable.engine.execution import StepInfo
-from durable.engine.execution import current_step as _current_step
-from durable.engine.execution import heartbeat as _heartbeat
+from durable.engine.current_step import StepInfo
+from durable.engine.current_step import current_step as _current_step
+from durable.engine.current_step import heartbeat as _heartbeat
+from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.ports import RunRecord
 from durable.engine.registry import registry, resolve_workflow
-from durable.engine.runs import clean_input, run_fields
 from durable.engine.serialization import to_json
 from durable.exceptions import InvalidInput, InvalidRunState, RunNotFound, WorkflowNotFound
 from durable.models import TERMINAL

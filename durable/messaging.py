@@ -18,10 +18,10 @@ from django.db import transaction
 from durable import conf
 from durable.api import RunInfo, _check_id, _check_name, _create, _dispatch_after_commit
 from durable.engine import clock, lifecycle
-from durable.engine.context_base import UPDATE_TOKEN
+from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.registry import registry
-from durable.engine.runs import clean_input, run_fields
 from durable.engine.serialization import to_json
+from durable.engine.vocab import UPDATE_TOKEN
 from durable.exceptions import (
     EventNotSet,
     InvalidInput,

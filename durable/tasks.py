@@ -25,13 +25,15 @@ from durable.worker.tick import tick
 @shared_task(name="durable.run_turn", ignore_result=True)
 def run_turn(run_id: str) -> str | None:
     close_old_connections()
-    return get_engine().run_turn(run_id)
+    result = get_engine().run_turn(run_id)
+    # The plain value: the worker logs the task's return value as its repr.
+    return None if result is None else result.value
 
 
 @shared_task(name="durable.execute_step", ignore_result=True)
 def execute_step(run_id: str, seq: int) -> str:
     close_old_connections()
-    return get_engine().execute_step(run_id, seq)
+    return get_engine().execute_step(run_id, seq).value
 
 
 @shared_task(name="durable.sweep", ignore_result=True)

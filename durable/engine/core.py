@@ -21,6 +21,7 @@ from durable.engine.listeners import Listeners
 from durable.engine.ports import CheckpointRecord, RunRecord, Store, Transport
 from durable.engine.registry import Registry
 from durable.engine.registry import registry as default_registry
+from durable.engine.vocab import StepResult, TurnResult
 
 
 def make_owner_id() -> str:
@@ -107,17 +108,17 @@ class Engine:
         acquired: RunRecord | None = None,
         fresh: bool = False,
         history: dict[int, CheckpointRecord] | None = None,
-    ) -> str | None:
+    ) -> TurnResult | None:
         return turn.run_turn(self, run_id, acquired=acquired, fresh=fresh, history=history)
 
     def run_turns(
         self,
         claimed: list[tuple[RunRecord, dict[int, CheckpointRecord]]],
         should_stop: Callable[[], bool] = lambda: False,
-    ) -> list[str | None]:
+    ) -> list[TurnResult | None]:
         return turn.run_turns(self, claimed, should_stop)
 
-    def execute_step(self, run_id: str, seq: int, *, continue_turn: bool = True) -> str:
+    def execute_step(self, run_id: str, seq: int, *, continue_turn: bool = True) -> StepResult:
         return execution.execute_step(self, run_id, seq, continue_turn=continue_turn)
 
     def emit(self, status: str, run: RunRecord) -> None:

@@ -25,12 +25,14 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.ports import RunRecord
 from durable.engine.registry import WorkflowDef
-from durable.engine.runs import clean_input, run_fields
+from durable.engine.vocab import RunStatus
 from durable.exceptions import DurableError, WorkflowNotFound
 
 if TYPE_CHECKING:
@@ -38,16 +40,23 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("durable.lifecycle")
 
-ENDINGS = ("completed", "failed")
+ENDINGS: tuple[str, ...] = (RunStatus.COMPLETED, RunStatus.FAILED)
 PUBLISH_LEASE = timedelta(seconds=30)
 # The live publish runs right after the terminal commit; the sweep waits this long first.
 SWEEP_GRACE = timedelta(seconds=2)
 HEAL_WINDOW = timedelta(minutes=10)
 
 
+_ENDING_OF: dict[str, str] = {
+    RunStatus.COMPLETED: RunStatus.COMPLETED,
+    RunStatus.FAILED: RunStatus.FAILED,
+    RunStatus.DEAD: RunStatus.FAILED,
+}
+
+
 def ending_of(status: str) -> str | None:
     """The lifecycle ending a terminal status publishes (dead runs publish ``failed``)."""
-    return {"completed": "completed", "failed": "failed", "dead": "failed"}.get(status)
+    return _ENDING_OF.get(status)
 
 
 def event_name(ending: str, workflow: str) -> str:
@@ -118,112 +127,163 @@ def publish(
         store.release_lifecycle_lease(run_id, holder)
 
 
+@dataclass
+class _Delivery:
+    """One publish of a run's lifecycle event: the record it started from and what it decided."""
+
+    run: RunRecord
+    ending: str
+    republish: bool
+    owed: list[str]
+    started: dict[str, str]
+    coalesced: dict[str, bool]
+    failed: dict[str, str]
+    skipped: list[str]
+    remaining: list[str] = field(default_factory=list)
+    report: dict[str, str] = field(default_factory=dict)
+    new_runs: list[dict[str, Any]] = field(default_factory=list)
+    batched: list[tuple[WorkflowDef, Any]] = field(default_factory=list)
+
+    @classmethod
+    def of(cls, run: RunRecord, ending: str, republish: bool) -> _Delivery:
+        record = run.lifecycle or {}
+        return cls(
+            run,
+            ending,
+            republish,
+            owed=list(record.get("owed", [])),
+            started=dict(record.get("started", {})),
+            coalesced=dict(record.get("coalesced", {})),
+            failed=dict(record.get("failed", {})),
+            skipped=list(record.get("skipped", [])),
+        )
+
+    def fail(self, sub: str, reason: str) -> None:
+        self.failed[sub] = reason
+        self.report[sub] = "failed: " + reason
+
+    def record(self) -> dict[str, Any]:
+        """The ``lifecycle`` column to write back."""
+        return {
+            **(self.run.lifecycle or {}),
+            "owed": sorted(set(self.remaining)),
+            "started": self.started,
+            "coalesced": self.coalesced,
+            "failed": self.failed,
+            "skipped": self.skipped,
+        }
+
+
 def _publish_held(
     engine: Engine, run: RunRecord, holder: str, only: Iterable[str] | None, republish: bool
 ) -> dict[str, str]:
     ending = ending_of(run.status)
     if ending is None:
         return {}
-    name = event_name(ending, run.workflow)
-    record = dict(run.lifecycle or {})
-    owed = list(record.get("owed", []))
-    started = dict(record.get("started", {}))
-    coalesced = dict(record.get("coalesced", {}))
-    failed = dict(record.get("failed", {}))
-    skipped = list(record.get("skipped", []))
-    targets = list(only) if only is not None else list(owed)
-    report: dict[str, str] = {}
-    new_runs: list[dict[str, Any]] = []
-    batched: list[tuple[WorkflowDef, Any]] = []
+    delivery = _Delivery.of(run, ending, republish)
+    targets = list(only) if only is not None else list(delivery.owed)
+    delivery.remaining = [sub for sub in delivery.owed if sub not in targets]
     event = build_event(run, ending)
-    settings = engine.settings
-    remaining = [sub for sub in owed if sub not in targets]
     for sub in targets:
-        try:
-            wf = engine.registry.get_workflow(sub)
-        except WorkflowNotFound:
-            report[sub] = "elsewhere"
-            if sub in owed or republish:
-                remaining.append(sub)
-            continue
-        if name not in wf.on_event:
-            report[sub] = "not_subscribed"
-            continue
-        if sub in coalesced and sub not in failed:
-            # Its accumulator may have fired already: routing it again would start it twice.
-            report[sub] = "coalesced"
-            continue
-        if sub in started and not republish:
-            report[sub] = "started"
-            continue
-        try:
-            wanted = True if wf.where is None else bool(wf.where(event))
-        except Exception as exc:  # noqa: BLE001 - a failing predicate is recorded, not retried
-            failed[sub] = f"where raised {type(exc).__name__}: {exc}"
-            report[sub] = "failed: " + failed[sub]
-            continue
-        if not wanted:
-            if sub not in skipped:
-                skipped.append(sub)
-            report[sub] = "skipped"
-            continue
-        try:
-            value = wf.event_input(event) if wf.event_input is not None else event
-            value = clean_input(wf, value, settings.max_payload_bytes)
-        except Exception as exc:  # noqa: BLE001 - a refused input is recorded, not retried
-            failed[sub] = f"input refused: {exc}"
-            report[sub] = "failed: " + failed[sub]
-            continue
-        failed.pop(sub, None)
-        if wf.debounce is not None or wf.batch is not None:
-            batched.append((wf, value))
-            coalesced[sub] = True
-            report[sub] = "coalesced"
-            continue
-        sub_id = f"{run.id[:200]}:{ending}:{sub}"
-        new_runs.append(
-            run_fields(
-                wf,
-                sub_id,
-                value,
-                now=engine.clock.now(),
-                namespace=run.namespace,
-                tags=[f"after:{run.workflow}"],
-                search_attributes={"source_run": run.id},
-            )
-        )
-        started[sub] = sub_id
-        report[sub] = "started"
-    record.update(owed=sorted(set(remaining)), started=started, coalesced=coalesced, failed=failed, skipped=skipped)
+        _deliver(engine, delivery, sub, event)
+    created = _write_back(engine, delivery, holder)
+    for new_id in created:
+        engine.transport.dispatch_turn(new_id)
+    for sub, outcome in delivery.report.items():
+        engine.emit_lifecycle(run, sub, outcome)
+    return delivery.report
+
+
+def _deliver(engine: Engine, delivery: _Delivery, sub: str, event: dict[str, Any]) -> None:
+    """Decide what publishing to ``sub`` does, and queue its start (or its batch) if any."""
+    report = delivery.report
     try:
-        created = engine.store.finish_lifecycle(
-            run.id,
-            holder,
-            engine.clock.now(),
-            record,
-            new_runs,
-            [(wf.name, value, run.id, _batch_policy(wf)) for wf, value in batched],
-            batch_run_maker(engine),
+        wf = engine.registry.get_workflow(sub)
+    except WorkflowNotFound:
+        report[sub] = "elsewhere"
+        if sub in delivery.owed or delivery.republish:
+            delivery.remaining.append(sub)
+        return
+    if event["event"] not in wf.on_event:
+        report[sub] = "not_subscribed"
+    elif sub in delivery.coalesced and sub not in delivery.failed:
+        # Its accumulator may have fired already: routing it again would start it twice.
+        report[sub] = "coalesced"
+    elif sub in delivery.started and not delivery.republish:
+        report[sub] = "started"
+    else:
+        value = _subscriber_input(engine, delivery, wf, event)
+        if value is not _REFUSED:
+            _start(engine, delivery, wf, value)
+
+
+# A subscriber that does not take the event (its ``where`` said no, or failed, or its input was refused).
+_REFUSED = object()
+
+
+def _subscriber_input(engine: Engine, delivery: _Delivery, wf: WorkflowDef, event: dict[str, Any]) -> Any:
+    sub = wf.name
+    try:
+        wanted = True if wf.where is None else bool(wf.where(event))
+    except Exception as exc:  # noqa: BLE001 - a failing predicate is recorded, not retried
+        delivery.fail(sub, f"where raised {type(exc).__name__}: {exc}")
+        return _REFUSED
+    if not wanted:
+        if sub not in delivery.skipped:
+            delivery.skipped.append(sub)
+        delivery.report[sub] = "skipped"
+        return _REFUSED
+    try:
+        value = wf.event_input(event) if wf.event_input is not None else event
+        return clean_input(wf, value, engine.settings.max_payload_bytes)
+    except Exception as exc:  # noqa: BLE001 - a refused input is recorded, not retried
+        delivery.fail(sub, f"input refused: {exc}")
+        return _REFUSED
+
+
+def _start(engine: Engine, delivery: _Delivery, wf: WorkflowDef, value: Any) -> None:
+    sub, run = wf.name, delivery.run
+    delivery.failed.pop(sub, None)
+    if wf.debounce is not None or wf.batch is not None:
+        delivery.batched.append((wf, value))
+        delivery.coalesced[sub] = True
+        delivery.report[sub] = "coalesced"
+        return
+    sub_id = f"{run.id[:200]}:{delivery.ending}:{sub}"
+    delivery.new_runs.append(
+        run_fields(
+            wf,
+            sub_id,
+            value,
+            now=engine.clock.now(),
+            namespace=run.namespace,
+            tags=[f"after:{run.workflow}"],
+            search_attributes={"source_run": run.id},
+        )
+    )
+    delivery.started[sub] = sub_id
+    delivery.report[sub] = "started"
+
+
+def _write_back(engine: Engine, delivery: _Delivery, holder: str) -> list[str]:
+    """Write the starts and the record in one transaction; on failure, record the starts as failed."""
+    run = delivery.run
+    batched = [(wf.name, value, run.id, _batch_policy(wf)) for wf, value in delivery.batched]
+    make = batch_run_maker(engine)
+    try:
+        return engine.store.finish_lifecycle(
+            run.id, holder, engine.clock.now(), delivery.record(), delivery.new_runs, batched, make
         )
     except DurableError:
         raise
     except Exception as exc:
         logger.warning("lifecycle publish of %s failed: %s", run.id, exc, exc_info=True)
-        for sub in list(report):
-            if report[sub] in ("started", "coalesced"):
-                failed[sub] = f"start failed: {exc}"
-                started.pop(sub, None)
-                coalesced.pop(sub, None)
-                report[sub] = "failed: " + failed[sub]
-        record.update(started=started, coalesced=coalesced, failed=failed)
-        created = engine.store.finish_lifecycle(
-            run.id, holder, engine.clock.now(), record, [], [], batch_run_maker(engine)
-        )
-    for new_id in created:
-        engine.transport.dispatch_turn(new_id)
-    for sub, outcome in report.items():
-        engine.emit_lifecycle(run, sub, outcome)
-    return report
+        for sub in list(delivery.report):
+            if delivery.report[sub] in ("started", "coalesced"):
+                delivery.started.pop(sub, None)
+                delivery.coalesced.pop(sub, None)
+                delivery.fail(sub, f"start failed: {exc}")
+        return engine.store.finish_lifecycle(run.id, holder, engine.clock.now(), delivery.record(), [], [], make)
 
 
 def _batch_policy(wf: WorkflowDef) -> dict[str, Any]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from durable.engine.durations import Duration, to_seconds
 from durable.exceptions import InvalidInput
@@ -71,3 +72,11 @@ def check_retries(retries: object) -> int:
     if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
         raise InvalidInput(f"retries must be a non-negative integer, got {retries!r}")
     return retries
+
+
+def retry_delay(sd: Any, error: dict[str, Any], attempt: int) -> float | None:
+    """Seconds until the next attempt of a step whose ``attempt`` failed with ``error``; None: no retry."""
+    if error["retryable"] and attempt <= sd.retries:
+        delay: float = sd.backoff.delay(attempt)
+        return delay
+    return None

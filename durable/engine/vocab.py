@@ -99,3 +99,13 @@ class TurnResult(StrEnum):
 RUN_TOKEN = "__run__:"
 EVENT_TOKEN = "__event__:"
 UPDATE_TOKEN = "__update__:"
+
+
+class StepResult(StrEnum):
+    """What :meth:`Engine.execute_step` did with one delivery of a dispatched step."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    RETRYING = "retrying"
+    # Nothing to run: settled, in flight elsewhere, not due yet, or the run is over.
+    SKIPPED = "skipped"

@@ -9,10 +9,10 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from durable.engine.context_base import EVENT_TOKEN
 from durable.engine.ports import (
     RunRecord,
 )
+from durable.engine.vocab import EVENT_TOKEN
 from durable.exceptions import LeaseLost
 from durable.models import (
     TERMINAL,

@@ -9,10 +9,10 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, Min, Q
 
-from durable.engine.context_base import RUN_TOKEN
 from durable.engine.ports import (
     RunRecord,
 )
+from durable.engine.vocab import RUN_TOKEN
 from durable.exceptions import InvalidRunState, RunNotFound
 from durable.models import (
     ACTIVE,

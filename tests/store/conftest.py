@@ -145,7 +145,7 @@ def probe(store: Any) -> Any:
 
 
 def fields(run_id: str, **extra: Any) -> dict[str, Any]:
-    """The columns of a new pending run, as durable.engine.runs.run_fields builds them."""
+    """The columns of a new pending run, as durable.engine.new_runs.run_fields builds them."""
     return {
         "id": run_id,
         "workflow": "wf",

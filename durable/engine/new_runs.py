@@ -11,6 +11,7 @@ from typing import Any
 
 from durable.engine.registry import WorkflowDef
 from durable.engine.serialization import to_json
+from durable.engine.vocab import RunStatus
 from durable.exceptions import InvalidInput
 
 
@@ -45,7 +46,7 @@ def run_fields(
         "id": run_id,
         "workflow": wf.name,
         "version": wf.version,
-        "status": "pending",
+        "status": RunStatus.PENDING,
         "namespace": namespace,
         "input": value,
         "tags": list(dict.fromkeys([*wf.tags, *(tags or [])])),

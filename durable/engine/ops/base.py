@@ -1,0 +1,65 @@
+"""Plumbing shared by every ``ctx`` operation: the turn it belongs to, positions, suspension."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from durable.engine.history import History
+from durable.engine.ops.port import TurnPort
+from durable.exceptions import Suspend
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from durable.engine.core import Engine
+    from durable.engine.ports import CheckpointRecord
+
+
+@dataclass(frozen=True)
+class Compensation:
+    """How to undo the completed step at ``seq``: ``undo(input, output)``."""
+
+    seq: int
+    name: str
+    undo: Any
+    input: Any
+    output: Any
+
+
+class OpsBase:
+    """State every operation family shares. Not thread-safe; valid only during its turn."""
+
+    def __init__(self, history: History, port: TurnPort) -> None:
+        self._history = history
+        self._port = port
+        self._engine: Engine = port.engine
+        self._clock = self._engine.clock
+        # Completed steps with an undo, in order (a saga); rebuilt the same way on replay.
+        self._compensations: list[Compensation] = []
+
+    @property
+    def run_id(self) -> str:
+        return self._port.run.id
+
+    @property
+    def namespace(self) -> str:
+        return self._port.run.namespace
+
+    def _next(self, name: str, kind: str) -> tuple[int, CheckpointRecord | None]:
+        """Take the next position (see :meth:`History.take`), unless the turn is already over."""
+        port = self._port
+        if port.suspended:
+            # User code caught Suspend with a bare except; do not let it go on.
+            raise Suspend()
+        port.check_lease()
+        return self._history.take(name, kind)
+
+    def _suspend(self, wake_at: datetime | None = None, *, event: bool = False) -> Suspend:
+        self._port.suspend(wake_at, event=event)
+        return Suspend()
+
+    def _remember_undo(self, seq: int, name: str, undo: Any, call_input: Any, output: Any) -> None:
+        """A completed step with an undo: register it for the saga (rebuilt the same way on replay)."""
+        if undo is not None:
+            self._compensations.append(Compensation(seq, name, undo, call_input, output))

@@ -1,0 +1,241 @@
+"""Step operations of ``ctx``: dispatched steps (``ctx.step``) and in-process ones (``ctx.local_step``).
+
+A dispatched step is recorded ``pending`` and announced after that commit;
+the run suspends until its result lands. With ``EAGER_STEPS`` on a worker
+that consumes the step's queue, the turn claims the step in its own commit
+and runs it at once. A local step runs in the turn and its result rides with
+the next commit, which always precedes the next side effect: one commit per
+step either way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from durable.engine.current_step import StepInfo, running
+from durable.engine.history import COMPLETED, FAILED, PENDING, RUNNING
+from durable.engine.ops.base import OpsBase
+from durable.engine.ports import CheckpointRecord
+from durable.engine.registry import StepDef
+from durable.engine.retry import Backoff, BackoffSpec, check_retries, make_backoff, retry_delay
+from durable.engine.serialization import error_record, to_json
+from durable.engine.vocab import CheckpointKind
+from durable.exceptions import Blocked, InvalidInput, StepFailed
+
+LOCAL = CheckpointKind.LOCAL
+STEP = CheckpointKind.STEP
+
+
+def _call_input(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The JSON record of a call's arguments, or None when they are not JSON."""
+    try:
+        return to_json({"args": list(args), "kwargs": kwargs})
+    except InvalidInput:
+        return None
+
+
+class StepOps(OpsBase):
+    def local_step(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        *args: Any,
+        retries: int = 0,
+        backoff: BackoffSpec = None,
+        compensate: Callable[[Any, Any], Any] | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """Run ``fn(*args, **kwargs)`` in this process, once, and record its JSON result.
+
+        A failing call is retried ``retries`` times with ``backoff`` (each retry is
+        a durable timer, so it survives a restart); a :class:`~durable.FatalError`
+        stops at once. When retries are spent the workflow gets
+        :class:`~durable.StepFailed` here. The result is committed (one commit)
+        before the next operation; a crash between the call and the commit runs
+        it again (at-least-once; the record rides with the next commit, which
+        precedes any further side effect). ``compensate(input, output)`` undoes it if the
+        run later fails (a saga); ``input`` is ``{"args": [...], "kwargs": {...}}``.
+        """
+        if not isinstance(name, str) or not name:
+            raise InvalidInput("local_step needs a non-empty name")
+        if not callable(fn):
+            raise InvalidInput(f"local_step {name!r}: {fn!r} is not callable")
+        if compensate is not None and not callable(compensate):
+            raise InvalidInput(f"local_step {name!r}: compensate must be callable")
+        retries = check_retries(retries)
+        policy = make_backoff(backoff)
+        seq, cp = self._next(name, LOCAL)
+        if cp is not None:
+            if cp.status == COMPLETED:
+                if compensate is not None:
+                    self._remember_undo(seq, name, compensate, _call_input(args, kwargs), cp.output)
+                return cp.output
+            if cp.status == FAILED:
+                raise StepFailed(name, seq, cp.error or {}, cp.attempts)
+            if cp.wake_at is not None and cp.wake_at > self._clock.now():
+                raise self._suspend(cp.wake_at)
+        call_input = _call_input(args, kwargs)
+        value = self._attempt_local(seq, cp, name, lambda: fn(*args, **kwargs), retries, policy, call_input)
+        self._remember_undo(seq, name, compensate, call_input, value)
+        return value
+
+    def _attempt_local(
+        self,
+        seq: int,
+        cp: CheckpointRecord | None,
+        name: str,
+        call: Callable[[], Any],
+        retries: int,
+        policy: Backoff,
+        call_input: Any,
+    ) -> Any:
+        """One attempt of a local step at ``seq`` (``cp``: its pending retry, if any)."""
+        port, history, clock = self._port, self._history, self._clock
+        # Values recorded so far in this turn must be durable before a side effect uses them,
+        # and the run must still be ours (not cancelled meanwhile).
+        port.confirm_lease()
+        attempt = (cp.attempts if cp is not None else 0) + 1
+        started = clock.now()
+        create = cp is None
+        try:
+            value = to_json(call(), f"local_step {name!r} result")
+        except Exception as exc:
+            err = error_record(exc)
+            if err["retryable"] and attempt <= retries:
+                retry_at = clock.now() + timedelta(seconds=policy.delay(attempt))
+                retry = {"error": err, "attempts": attempt, "wake_at": retry_at, "started_at": started}
+                port.defer(history.pending(seq, name, LOCAL, create=create, input=call_input, **retry))
+                raise self._suspend(retry_at) from None
+            port.defer(
+                history.failed(
+                    seq, name, LOCAL, err, create=create, input=call_input, attempts=attempt, started_at=started
+                )
+            )
+            port.flush()
+            raise StepFailed(name, seq, err, attempt) from exc
+        # Not committed yet: it rides with the next commit, which always comes before the
+        # next side effect (the flush above the next step) or ends the turn. One commit per step.
+        port.defer(
+            history.completed(
+                seq, name, LOCAL, create=create, input=call_input, output=value, attempts=attempt, started_at=started
+            )
+        )
+        return value
+
+    def step(self, step: Any, *args: Any, compensate: Any = None, **kwargs: Any) -> Any:
+        """Dispatch a registered step to a worker and return its result.
+
+        The first time, a ``pending`` checkpoint is written and the step is
+        dispatched after that commit; the run suspends. When the result lands,
+        any worker resumes the run and this call returns the recorded output (or
+        raises :class:`~durable.StepFailed`). Arguments must be JSON.
+        ``compensate`` (a step or a function of ``(input, output)``; default:
+        the step's own ``compensate=``) undoes it if the run later fails.
+        ``compensate`` is therefore a reserved keyword for step arguments.
+        """
+        engine = self._engine
+        sd = engine.registry.resolve_step(step)
+        undo = compensate if compensate is not None else sd.compensate
+        seq, cp = self._next(sd.name, STEP)
+        if cp is not None:
+            if cp.status == COMPLETED:
+                self._remember_undo(seq, sd.name, undo, cp.input, cp.output)
+                return cp.output
+            if cp.status == FAILED:
+                raise StepFailed(sd.name, seq, cp.error or {}, cp.attempts)
+            self._port.await_step(seq)
+            raise self._suspend(event=True)
+        if engine.settings.eager_steps and sd.route in engine.eager_routes and not sd.timeout:
+            return self._run_here(seq, sd, args, kwargs, undo)
+        self._dispatch_step(seq, sd, args, kwargs)
+        raise self._suspend(event=True)
+
+    def _dispatch_step(self, seq: int, sd: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """Write the pending checkpoint of a dispatched step and announce it after commit."""
+        payload = to_json({"args": list(args), "kwargs": kwargs}, f"arguments of step {sd.name!r}")
+        port = self._port
+        # Checked before the pending write: a step nobody can run parks the run.
+        if not port.can_serve(sd.name, sd.route):
+            raise Blocked(
+                {
+                    "message": f"no live worker serves step {sd.name!r} on queue {sd.route or 'default'!r}",
+                    "code": "no_capable_worker",
+                    "retryable": True,
+                    "type": "Blocked",
+                    "traceback": None,
+                    "step": sd.name,
+                    "queue": sd.route,
+                }
+            )
+        now = self._clock.now()
+        engine = self._engine
+        step_lease = engine.settings.step_lease
+        # With lost-dispatch self-heal on, a sweep re-dispatches the step if no
+        # worker has taken it by then.
+        wake_at = now + timedelta(seconds=step_lease) if step_lease else None
+        port.defer(
+            self._history.step_record(
+                seq, sd.name, PENDING, create=True, input=payload, queue=sd.route, enqueued_at=now, wake_at=wake_at
+            )
+        )
+        run_id = self.run_id
+        port.after_commit(lambda: engine.transport.dispatch_step(run_id, seq, sd.route))
+
+    def _run_here(self, seq: int, sd: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], undo: Any) -> Any:
+        """Run a dispatched step in this worker, during the turn (``EAGER_STEPS``).
+
+        This process consumes the step's queue, so the broker round trip, the
+        separate claim and the wake would only hand the step to a process like
+        this one. The claim is still durable before the step runs (it rides
+        with the commit that flushes what the turn recorded so far), with the
+        usual execution lease, so attempts count executions exactly and a
+        worker lost mid-step is recovered by the expired-step sweep. The result
+        settles that claim in the next commit, which fails as a whole if the
+        claim was taken away meanwhile. One commit per step, as a local step.
+        A retryable failure with retries left goes back to the broker.
+        """
+        payload = to_json({"args": list(args), "kwargs": kwargs}, f"arguments of step {sd.name!r}")
+        engine, port = self._engine, self._port
+        owner = engine.owner
+        lease = timedelta(seconds=engine.settings.step_execution_lease)
+        started = self._clock.now()
+        base = {"input": payload, "queue": sd.route, "enqueued_at": started, "started_at": started, "attempts": 1}
+
+        def settle(status: str, **fields: Any) -> None:
+            port.defer(
+                self._history.step_record(seq, sd.name, status, create=False, claimed_by=owner, **base, **fields)
+            )
+
+        port.defer(
+            self._history.step_record(
+                seq, sd.name, RUNNING, create=True, locked_by=owner, wake_at=started + lease, **base
+            )
+        )
+        port.flush()
+        run_id = self.run_id
+        hold = engine.keeper.hold(
+            lease.total_seconds() / 3,
+            lambda: engine.store.renew_step(run_id, seq, owner, engine.clock.now() + lease),
+            lambda: None,  # the commit that settles it finds out
+        )
+        try:
+            with running(StepInfo(run_id, seq, sd.name, 1)):
+                output = to_json(sd.fn(*args, **kwargs), f"result of step {sd.name!r}")
+        except Exception as exc:
+            err = error_record(exc)
+            delay = retry_delay(sd, err, 1)
+            if delay is not None:
+                retry_at = self._clock.now() + timedelta(seconds=delay)
+                settle(PENDING, error=err, retry_at=retry_at, wake_at=retry_at)
+                port.after_commit(lambda: engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay))
+                raise self._suspend(event=True) from None
+            settle(FAILED, error=err, finished_at=self._clock.now())
+            port.flush()
+            raise StepFailed(sd.name, seq, err, 1) from exc
+        finally:
+            hold.release()
+        settle(COMPLETED, output=output, finished_at=self._clock.now())
+        self._remember_undo(seq, sd.name, undo, payload, output)
+        return output

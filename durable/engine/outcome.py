@@ -1,0 +1,141 @@
+"""How a turn's replay of the workflow function ends: an :class:`Outcome` to commit.
+
+The workflow returns (completed), raises (failed, after its saga undoes what
+completed), suspends (waits on a timer, a step, a signal...), is blocked (no
+worker can run a step), continues as a new run, or stops for a cancel with
+undo. Control flow that is the engine's own (``LeaseLost``, ``EngineFault``)
+passes through: the turn is abandoned, nothing is committed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from durable.engine.context import WorkflowContext
+from durable.engine.history import IN_FLIGHT, cancelled_error
+from durable.engine.new_runs import clean_input, run_fields
+from durable.engine.ports import Outcome
+from durable.engine.serialization import error_record, to_json
+from durable.engine.turn_state import Turn
+from durable.engine.vocab import RunStatus
+from durable.exceptions import (
+    Blocked,
+    CancelRequested,
+    ContinueAsNew,
+    DurableError,
+    EngineFault,
+    InvalidInput,
+    LeaseLost,
+    NonDeterminismError,
+    StepFailed,
+    Suspend,
+)
+
+
+def _failure(exc: BaseException) -> dict[str, Any]:
+    if isinstance(exc, StepFailed):
+        err = error_record(exc, code="step_failed", retryable=False)
+        err["step"] = {"name": exc.step, "seq": exc.seq, "attempts": exc.attempts, "error": exc.error}
+        return err
+    if isinstance(exc, NonDeterminismError):
+        return error_record(exc, code="non_determinism", retryable=False)
+    return error_record(exc)
+
+
+def execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
+    """Replay ``fn`` (the workflow function) in ``turn`` and return how it ended."""
+    ctx = WorkflowContext(turn.history, turn)
+    history = turn.history
+    run = turn.run
+    try:
+        try:
+            result = fn(ctx, run.input) if takes_input else fn(ctx)
+            if history.nondeterminism is not None:
+                raise history.nondeterminism
+            if turn.suspended:
+                # The workflow swallowed a Suspend with a bare except; it is still waiting.
+                raise Suspend()
+        except CancelRequested:
+            return _cancel(turn, ctx)
+        except ContinueAsNew as cont:
+            return _continue_as_new(turn, cont.input)
+        except (Suspend, Blocked, LeaseLost, EngineFault):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any user error fails the run
+            return _failed(turn, ctx, exc)
+        try:
+            output = to_json(result, "workflow result", max_bytes=turn.engine.settings.max_payload_bytes)
+        except InvalidInput as exc:
+            return Outcome(RunStatus.FAILED, error=error_record(exc, code="invalid_output", retryable=False))
+        return Outcome(RunStatus.COMPLETED, output=output)
+    except Suspend:
+        now = turn.engine.clock.now()
+        return Outcome(RunStatus.SUSPENDED, wake_at=turn.next_wake(now), waiters=turn.waiters, step_seqs=turn.step_seqs)
+    except Blocked as blocked:
+        return Outcome(RunStatus.BLOCKED, error=blocked.reason)
+
+
+def _failed(turn: Turn, ctx: WorkflowContext, exc: Exception) -> Outcome:
+    """The workflow raised ``exc``: fail the run, after its saga (or stop for a cancel being replayed)."""
+    turn.check_lease()
+    history = turn.history
+    if history.nondeterminism is not None:
+        return Outcome(RunStatus.FAILED, error=_failure(history.nondeterminism))
+    if history.cancelling:
+        # Replaying a run being cancelled: the cancelled operation raised here.
+        return _cancel(turn, ctx)
+    error = _failure(exc)
+    if ctx._has_undo():
+        error["compensation"] = _compensate(ctx)
+    return Outcome(RunStatus.FAILED, error=error)
+
+
+def _cancel(turn: Turn, ctx: WorkflowContext) -> Outcome:
+    """cancel(compensate=True): stop what is in flight, undo what completed, end cancelled."""
+    history = turn.history
+    # What was in flight where the workflow stopped; the undo steps come after it.
+    for cp in history.in_flight_up_to(history.seq):
+        turn.defer(history.failed(cp.seq, cp.name, cp.kind, cancelled_error(), expect=IN_FLIGHT))
+    turn.clear_waiters()
+    report = _compensate(ctx)
+    timeout = turn.run.error if isinstance(turn.run.error, dict) else {}
+    if timeout.get("code") == "timeout":
+        # Stopped by its execution timeout: a failure, with the saga's report.
+        return Outcome(RunStatus.FAILED, error={**timeout, "compensation": report})
+    error = cancelled_error("cancelled, completed steps undone", compensation=report)
+    return Outcome(RunStatus.CANCELLED, error=error)
+
+
+def _compensate(ctx: WorkflowContext) -> list[dict[str, Any]]:
+    try:
+        return ctx._compensate()
+    except (Suspend, LeaseLost, EngineFault):
+        raise
+    except Exception as exc:  # noqa: BLE001 - e.g. the code changed under the undo history
+        return [{"status": "error", "error": error_record(exc, retryable=False)}]
+
+
+def _continue_as_new(turn: Turn, value: Any) -> Outcome:
+    """Build the next run of the chain; it is inserted in the same commit that completes this one."""
+    run, engine = turn.run, turn.engine
+    base, _, counter = run.id.rpartition("~")
+    next_id = f"{base}~{int(counter) + 1}" if base and counter.isdigit() else f"{run.id}~1"
+    try:
+        wf = engine.registry.get_workflow(run.workflow)
+        cleaned = clean_input(wf, value, engine.settings.max_payload_bytes)
+    except DurableError as exc:
+        return Outcome(RunStatus.FAILED, error=error_record(exc, code="continue_as_new_failed", retryable=False))
+    fields = run_fields(
+        wf,
+        next_id,
+        cleaned,
+        now=engine.clock.now(),
+        namespace=run.namespace,
+        tags=list(run.tags),
+        search_attributes=dict(run.search_attributes),
+        priority=run.priority,
+        parent_id=run.parent_id,
+    )
+    turn.after_commit(lambda: engine.transport.dispatch_turn(next_id))
+    return Outcome(RunStatus.COMPLETED, output={"continued_as": next_id}, next_run=fields)

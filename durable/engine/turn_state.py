@@ -1,0 +1,192 @@
+"""The state of one turn: its lease, its history and the writes it has not committed yet.
+
+A :class:`Turn` is what the ``ctx`` operations see through
+:class:`~durable.engine.ops.port.TurnPort`. Guarantees:
+
+* Every write is conditional on the turn's lease (``status = 'running' AND
+  locked_by = <us>``), and renews it in the same statement: a turn that lost
+  its lease writes nothing, and every later operation raises ``LeaseLost``.
+* Work announced after a commit (dispatches) runs only once that commit is
+  written; a failed dispatch is logged, never raised (the sweeps re-drive it).
+* A store error inside the turn becomes ``EngineFault``, which abandons the
+  turn (the run is given back), never a user-visible exception.
+
+Not thread-safe, except :meth:`mark_lost`, which the lease keeper's thread calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from durable.engine.history import History
+from durable.engine.ports import CheckpointWrite, CommitResult, RunRecord, TurnWrites, Waiter
+from durable.exceptions import EngineFault, LeaseLost
+
+if TYPE_CHECKING:
+    from durable.engine.core import Engine
+
+logger = logging.getLogger("durable.turn")
+
+
+class Turn:
+    """One turn of ``run`` by ``engine``: implements the ``TurnPort`` its operations use."""
+
+    def __init__(self, engine: Engine, run: RunRecord, history: History) -> None:
+        self.engine = engine
+        self.run = run
+        self.history = history
+        self.writes = TurnWrites()
+        self.waiters: list[Waiter] = []
+        self.suspended = False
+        # Dispatched steps already in flight that this turn waits on.
+        self.step_seqs: list[int] = []
+        self._wakes: list[datetime] = []
+        self._event_wait = False
+        self._after_commit: list[Callable[[], None]] = []
+        self._lost = threading.Event()
+        self._taken_signals: list[int] = []
+
+    # -- lease -------------------------------------------------------------
+    def lease_until(self, now: datetime) -> datetime:
+        return now + timedelta(seconds=self.engine.settings.lease)
+
+    def mark_lost(self) -> None:
+        self._lost.set()
+
+    def check_lease(self) -> None:
+        if self._lost.is_set():
+            raise LeaseLost()
+
+    def confirm_lease(self) -> None:
+        """Check (and renew) the lease before a side effect when there is nothing to flush.
+
+        A cancel that landed since the turn began then stops the turn before the
+        side effect, instead of after it.
+        """
+        if self.writes:
+            self.flush()
+            return
+        self.check_lease()
+        # A read: the keeper renews the lease; this only asks whether a cancel took it.
+        if not self._guard(lambda: self.engine.store.lease_held(self.run.id, self.engine.owner)):
+            self.mark_lost()
+            raise LeaseLost()
+
+    # -- writes ------------------------------------------------------------
+    def defer(self, write: CheckpointWrite) -> None:
+        self.writes.checkpoints.append(write)
+        self.history.remember(write.record)
+
+    def discard(self, seq: int) -> None:
+        self.writes.checkpoints = [w for w in self.writes.checkpoints if w.record.seq != seq]
+
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        self._after_commit.append(fn)
+
+    def create_run(self, fields: dict[str, Any]) -> None:
+        self.writes.new_runs.append(fields)
+
+    def creating(self, run_id: str) -> bool:
+        return any(fields["id"] == run_id for fields in self.writes.new_runs)
+
+    def cancel_run(self, run_id: str) -> None:
+        self.writes.cancel_runs.append(run_id)
+
+    def set_run_field(self, name: str, value: Any) -> None:
+        self.writes.run_fields[name] = value
+
+    def consume_signal(self, signal_id: int) -> None:
+        self.writes.consumed_signals.append(signal_id)
+
+    def flush(self) -> None:
+        """Commit deferred writes now (renewing the lease in the same statement)."""
+        if not self.writes:
+            return
+        self.check_lease()
+        now = self.engine.clock.now()
+        done: CommitResult = self._guard(
+            lambda: self.engine.store.commit(self.run.id, self.engine.owner, now, self.lease_until(now), self.writes)
+        )
+        if not done.written:
+            self.mark_lost()
+            raise LeaseLost()
+        self.writes = TurnWrites()
+        self.run_after_commit()
+
+    def run_after_commit(self) -> None:
+        callbacks, self._after_commit = self._after_commit, []
+        for fn in callbacks:
+            try:
+                fn()
+            except Exception:
+                # A lost dispatch is re-driven by the sweeps; it must not fail the turn.
+                logger.warning("dispatch after commit failed for run %s", self.run.id, exc_info=True)
+
+    # -- reads -------------------------------------------------------------
+    def can_serve(self, step: str, queue: str | None) -> bool:
+        fleet = self.engine.fleet
+        served: bool = self._guard(lambda: fleet.can_serve(step, queue))
+        return served
+
+    def take_signal(self, token: str) -> tuple[int, Any] | None:
+        got: tuple[int, Any] | None = self._guard(
+            lambda: self.engine.store.next_signal(self.run.id, token, self._taken_signals)
+        )
+        if got is not None:
+            self._taken_signals.append(got[0])
+        return got
+
+    def take_event(
+        self, seq: int, name: str, match: dict[str, Any] | None, deadline: datetime | None, *, create: bool
+    ) -> tuple[Any] | None:
+        """Take the oldest buffered event matching ``match`` and record it at ``seq``, in one commit."""
+        self.flush()
+        engine = self.engine
+        now = engine.clock.now()
+        got: tuple[Any] | None = self._guard(
+            lambda: engine.store.take_event(
+                self.run.id, engine.owner, now, self.lease_until(now), seq, name, match, create
+            )
+        )
+        return got
+
+    def resolve_run(self, run_id: str) -> RunRecord | None:
+        found: RunRecord | None = self._guard(lambda: self.engine.store.resolve_run(run_id))
+        return found
+
+    @staticmethod
+    def _guard(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except (LeaseLost, EngineFault):
+            raise
+        except Exception as exc:
+            raise EngineFault(exc) from exc
+
+    # -- suspension --------------------------------------------------------
+    def suspend(self, wake_at: datetime | None, *, event: bool) -> None:
+        self.suspended = True
+        if wake_at is not None:
+            self._wakes.append(wake_at)
+        if event:
+            self._event_wait = True
+
+    def await_step(self, seq: int) -> None:
+        self.step_seqs.append(seq)
+
+    def wait_on(self, token: str, seq: int, match: dict[str, Any] | None = None) -> None:
+        self.waiters.append(Waiter(token, seq, match))
+
+    def clear_waiters(self) -> None:
+        self.waiters.clear()
+
+    def next_wake(self, now: datetime) -> datetime:
+        wakes = list(self._wakes)
+        if self._event_wait or not wakes:
+            # Reconcile fallback: a run waiting on an event is looked at again even if its wake is lost.
+            wakes.append(now + timedelta(seconds=self.engine.settings.reconcile_after))
+        return min(wakes)
