@@ -27,6 +27,13 @@ OWNERS = ["a", "b"]
 ERROR = {"message": "no", "code": "x", "retryable": True, "type": "E", "traceback": None}
 
 
+def _snapshot(store: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Every run (newest first) and every history the store holds."""
+    query: dict[str, Any] = {"statuses": [], "workflow": None, "namespace": None, "tag": None, "attributes": []}
+    runs = store.list_runs(**query, created_after=None, created_before=None, after=None, limit=len(RUNS) + 1)
+    return runs, store.load_histories(RUNS)
+
+
 class Player:
     """Plays one random call on both stores and checks they agree."""
 
@@ -45,24 +52,39 @@ class Player:
                 got.append(type(exc).__name__)
         self.log.append(f"{name} -> {got[0]!r}")
         assert got[0] == got[1], "\n".join(self.log)
-        for run_id in RUNS:
-            assert self.stores[0].get_run(run_id) == self.stores[1].get_run(run_id), "\n".join(self.log)
-            assert self.stores[0].load_checkpoints(run_id) == self.stores[1].load_checkpoints(run_id), run_id
+        memory, database = (_snapshot(store) for store in self.stores)
+        assert memory == database, "\n".join(self.log)
 
     def next_seq(self, run_id: str) -> int:
         return max(self.stores[0].load_checkpoints(run_id), default=0) + 1
 
+    def maybe_acquire(self, run_id: str, owner: str) -> None:
+        """Usually take the lease first, so that the commit that follows has a chance."""
+        if self.rng.random() < 0.7:
+            _acquire(self, run_id, owner)
+
+    def pick_seq(self, run_id: str) -> int:
+        """Mostly a position the run has, sometimes one it has not."""
+        seqs = list(self.stores[0].load_checkpoints(run_id))
+        return self.rng.choice(seqs) if seqs and self.rng.random() < 0.85 else self.rng.randint(1, 4)
+
     def play(self) -> None:
         rng = self.rng
-        run_id, owner = rng.choice(RUNS), rng.choice(OWNERS)
+        existing = [r for r in RUNS if self.stores[0].get_run(r) is not None]
+        run_id = rng.choice(existing) if existing and rng.random() < 0.8 else rng.choice(RUNS)
+        run = self.stores[0].get_run(run_id)
+        holder = run.locked_by if run is not None else None
+        owner = holder if holder and rng.random() < 0.8 else rng.choice(OWNERS)
         op = rng.choice(OPS)
-        self.now += timedelta(seconds=rng.choice([0, 1, 5, 40]))
+        self.now += timedelta(seconds=rng.choice([0, 1, 5, 40, 120]))
         op(self, run_id, owner)
 
 
 def _create(p: Player, run_id: str, owner: str) -> None:
     parent = p.rng.choice([None, *RUNS])
-    p.both(f"create {run_id}", lambda s: s.create_run(fields(run_id, created_at=p.now, parent_id=parent)))
+    deadline = p.now + timedelta(seconds=p.rng.choice([30, 600]))
+    row = fields(run_id, created_at=p.now, parent_id=parent, deadline_at=deadline)
+    p.both(f"create {run_id}", lambda s: s.create_run(row))
 
 
 def _acquire(p: Player, run_id: str, owner: str) -> None:
@@ -70,8 +92,9 @@ def _acquire(p: Player, run_id: str, owner: str) -> None:
 
 
 def _suspend(p: Player, run_id: str, owner: str) -> None:
+    p.maybe_acquire(run_id, owner)
     seq = p.next_seq(run_id)
-    kind = p.rng.choice(["step", "signal", "child"])
+    kind = p.rng.choice(["step", "step", "signal", "child"])
     waiters: list[Waiter] = []
     rec = step(seq, enqueued_at=p.now)
     if kind == "signal":
@@ -89,6 +112,7 @@ def _suspend(p: Player, run_id: str, owner: str) -> None:
 
 
 def _finish(p: Player, run_id: str, owner: str) -> None:
+    p.maybe_acquire(run_id, owner)
     status = p.rng.choice([RunStatus.COMPLETED, RunStatus.FAILED])
     outcome = Outcome(status, output=1, error=ERROR if status == RunStatus.FAILED else None)
     outcome.notify = [RUN_TOKEN + run_id]
@@ -112,7 +136,7 @@ def _signal(p: Player, run_id: str, owner: str) -> None:
 
 
 def _step_result(p: Player, run_id: str, owner: str) -> None:
-    seq = p.rng.randint(1, 3)
+    seq = p.pick_seq(run_id)
     choice = p.rng.choice(["ok", "error", "retry"])
     kwargs: dict[str, Any] = {"output": "v"} if choice == "ok" else {"error": ERROR}
     if choice == "retry":
@@ -121,7 +145,7 @@ def _step_result(p: Player, run_id: str, owner: str) -> None:
 
 
 def _claim(p: Player, run_id: str, owner: str) -> None:
-    seq = p.rng.randint(1, 3)
+    seq = p.pick_seq(run_id)
     p.both(
         f"claim_step {run_id}#{seq} {owner}",
         lambda s: s.claim_step(run_id, seq, owner, p.now, p.now + timedelta(seconds=60)),
@@ -165,6 +189,8 @@ def _claim_page(p: Player, run_id: str, owner: str) -> None:
 
 
 def _consume(p: Player, run_id: str, owner: str) -> None:
+    p.maybe_acquire(run_id, owner)
+
     def take(store: Any) -> Any:
         got = store.next_signal(run_id, "go", [])
         # (A flush that writes no run column renews the lease on the portable store only.)
@@ -176,8 +202,58 @@ def _consume(p: Player, run_id: str, owner: str) -> None:
     p.both(f"consume {run_id} {owner}", take)
 
 
+def _block(p: Player, run_id: str, owner: str) -> None:
+    p.both(f"block {run_id} {owner}", lambda s: s.block(run_id, owner, p.now, {"code": "x"}))
+
+
+def _unblock(p: Player, run_id: str, owner: str) -> None:
+    p.both(f"unblock {run_id}", lambda s: s.unblock([run_id], p.now))
+
+
+def _pending_steps(p: Player, run_id: str, owner: str) -> None:
+    p.both(f"pending_steps {run_id}", lambda s: s.pending_steps(run_id, p.now, p.now + timedelta(seconds=15)))
+
+
+def _heartbeat(p: Player, run_id: str, owner: str) -> None:
+    seq = p.pick_seq(run_id)
+    lease = p.now + timedelta(seconds=60)
+    p.both(f"heartbeat {run_id}#{seq}", lambda s: s.heartbeat_step(run_id, seq, p.now, {"at": len(p.log)}, lease))
+
+
+def _renew_step(p: Player, run_id: str, owner: str) -> None:
+    seq = p.pick_seq(run_id)
+    p.both(
+        f"renew_step {run_id}#{seq} {owner}", lambda s: s.renew_step(run_id, seq, owner, p.now + timedelta(seconds=60))
+    )
+
+
+def _timeout(p: Player, run_id: str, owner: str) -> None:
+    p.both(f"request_timeout {run_id}", lambda s: s.request_timeout(run_id, p.now, ERROR))
+
+
+def _sweep_reads(p: Player, run_id: str, owner: str) -> None:
+    def reads(store: Any) -> Any:
+        steps = sorted((r["run_id"], r["seq"], r["wake_at"]) for r in store.expired_steps(p.now, 50))
+        lost = sorted((r["run_id"], r["seq"], r["dispatches"]) for r in store.lost_steps(p.now, 50))
+        due = sorted(store.due_steps(p.now, 50))
+        return steps, lost, due, sorted(store.orphans(p.now, 50)), sorted(store.due_runs(p.now, 50))
+
+    p.both("sweep reads", reads)
+
+
+def _reset_step(p: Player, run_id: str, owner: str) -> None:
+    seq = p.pick_seq(run_id)
+
+    def reset(store: Any) -> Any:
+        cp = store.load_checkpoints(run_id).get(seq)
+        expected = cp.wake_at if cp is not None else None
+        new_wake = p.now + timedelta(seconds=25)
+        return store.reset_step(run_id, seq, expected, new_wake), store.redispatch_step(run_id, seq, expected, new_wake)
+
+    p.both(f"reset/redispatch {run_id}#{seq}", reset)
+
+
 OPS = [
-    _create,
     _create,
     _acquire,
     _acquire,
@@ -186,6 +262,8 @@ OPS = [
     _finish,
     _signal,
     _step_result,
+    _step_result,
+    _claim,
     _claim,
     _cancel,
     _release,
@@ -194,6 +272,14 @@ OPS = [
     _recover,
     _claim_page,
     _consume,
+    _block,
+    _unblock,
+    _pending_steps,
+    _heartbeat,
+    _renew_step,
+    _timeout,
+    _sweep_reads,
+    _reset_step,
 ]
 
 
@@ -204,8 +290,10 @@ OPS = [
         pytest.param("postgres", marks=[pytest.mark.django_db, pytest.mark.postgres]),
     ],
 )
-@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("seed", range(10))
 def test_the_memory_store_answers_as_the_database_store(kind: str, seed: int) -> None:
     player = Player(seed, MemoryStore(), _database_store(kind))
-    for _ in range(60):
+    for run_id in RUNS:
+        _create(player, run_id, "a")
+    for _ in range(80):
         player.play()
