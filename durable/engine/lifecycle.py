@@ -194,6 +194,10 @@ def _publish_held(
     return delivery.report
 
 
+# A subscriber that does not take the event (its ``where`` said no, or failed, or its input was refused).
+_REFUSED = object()
+
+
 def _deliver(engine: Engine, delivery: _Delivery, sub: str, event: dict[str, Any]) -> None:
     """Decide what publishing to ``sub`` does, and queue its start (or its batch) if any."""
     report = delivery.report
@@ -215,10 +219,6 @@ def _deliver(engine: Engine, delivery: _Delivery, sub: str, event: dict[str, Any
         value = _subscriber_input(engine, delivery, wf, event)
         if value is not _REFUSED:
             _start(engine, delivery, wf, value)
-
-
-# A subscriber that does not take the event (its ``where`` said no, or failed, or its input was refused).
-_REFUSED = object()
 
 
 def _subscriber_input(engine: Engine, delivery: _Delivery, wf: WorkflowDef, event: dict[str, Any]) -> Any:
