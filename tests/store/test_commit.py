@@ -364,3 +364,12 @@ def test_commit_many_wakes_waiters_of_each_settled_run(store: Any) -> None:
 
 def test_commit_many_of_nothing(store: Any) -> None:
     assert store.commit_many([]) == []
+
+
+def test_two_waiters_at_one_position_fail_the_whole_commit(store: Any, probe: Any) -> None:
+    running(store, "r1")
+    signal = record(1, CheckpointKind.SIGNAL, CheckpointStatus.PENDING)
+    with pytest.raises(Exception), store.atomic():
+        suspend(store, "r1", signal, waiters=[Waiter("a", 1), Waiter("b", 1)])
+    run = store.get_run("r1")
+    assert (run.status, run.locked_by, store.load_checkpoints("r1"), probe.waiters("r1")) == ("running", OWNER, {}, [])

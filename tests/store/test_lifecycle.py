@@ -161,3 +161,18 @@ def test_each_due_batch_fires_atomically_on_its_own(store: Any, probe: Any) -> N
     left = {batch[0] for batch in probe.batches()}
     assert "two" in left and store.get_run("two-batch") is None
     assert ("one" in left) == (store.get_run("one-batch") is None)  # fired with its batch deleted, or not at all
+
+
+def test_a_failing_batch_run_undoes_the_whole_delivery(store: Any, probe: Any) -> None:
+    _settled(store, "r1")
+    store.take_lifecycle_lease("r1", OWNER, at(2), at(32))
+
+    def broken(subscriber: str, batch_id: int, events: list[Any]) -> dict[str, Any]:
+        raise RuntimeError("cannot build")
+
+    batched = [("digest", "ev", "r1", {"size": 1})]
+    with pytest.raises(RuntimeError), store.atomic():
+        store.finish_lifecycle("r1", OWNER, at(3), {"owed": []}, [fields("sub-run")], batched, broken)
+    assert store.get_run("sub-run") is None
+    assert (store.get_run("r1").lifecycle, store.get_run("r1").lifecycle_owed) == ({"owed": ["sub"]}, True)
+    assert probe.batches() == []
