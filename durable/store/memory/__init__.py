@@ -14,6 +14,8 @@ State lives in ``store.tables`` (plain dicts of rows, for inspection in tests).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from durable.store.memory.events import EventsPart
 from durable.store.memory.listing import ListingPart
 from durable.store.memory.runs import RunsPart
@@ -26,5 +28,11 @@ from durable.store.memory.turns import TurnsPart
 class MemoryStore(RunsPart, TurnsPart, StepsPart, EventsPart, SweepsPart, ListingPart):
     """:class:`durable.engine.ports.Store` in memory (see the module docstring)."""
 
+
+if TYPE_CHECKING:
+    from durable.engine.ports import Store
+
+    # The type checker holds the memory store to every method of the protocol, signatures included.
+    _conforms: Store = MemoryStore()
 
 __all__ = ["IntegrityError", "MemoryStore", "Tables"]
