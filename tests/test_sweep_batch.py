@@ -1,6 +1,6 @@
 """The due-run sweep claims a page of runs in one statement and runs each claimed turn once.
 
-``SweepsStore.claim_due_runs`` takes the leases of up to ``limit`` due runs
+``Store.claim_due_runs`` takes the leases of up to ``limit`` due runs
 (``FOR UPDATE SKIP LOCKED`` on PostgreSQL; one atomic statement on SQLite);
 ``sweeps.wake_due_runs`` runs each claimed turn under that lease, on the worker
 loop's threads when it runs for real.
@@ -418,16 +418,16 @@ def test_load_histories_reads_each_runs_checkpoints_as_load_checkpoints_does():
 # -- the page's final commits go together --------------------------------------------
 def _batched_statements(monkeypatch) -> list[int]:
     """Spy on the shared statement: the number of runs in each one that ran."""
-    from durable.store import _pg
+    from durable.store.postgres import PostgresStore
 
     sizes: list[int] = []
-    original = _pg.commit_many
+    original = PostgresStore._shared_statement
 
-    def spy(plans):
+    def spy(self, plans):
         sizes.append(len(plans))
-        return original(plans)
+        return original(self, plans)
 
-    monkeypatch.setattr(_pg, "commit_many", spy)
+    monkeypatch.setattr(PostgresStore, "_shared_statement", spy)
     return sizes
 
 
@@ -509,12 +509,12 @@ def test_a_cancel_arriving_before_a_batched_suspend_wakes_the_run_at_once(monkey
 
 
 def test_when_the_shared_commit_fails_each_run_commits_alone(monkeypatch):
-    from durable.store import _pg
+    from durable.store.postgres import PostgresStore
 
-    def broken(plans):
+    def broken(self, plans):
         raise RuntimeError("statement failed")
 
-    monkeypatch.setattr(_pg, "commit_many", broken)
+    monkeypatch.setattr(PostgresStore, "_shared_statement", broken)
     with fake_clock() as clock:
         ids = asleep(3, prefix="fallback")
         clock.set(clock.now() + timedelta(hours=2))
@@ -603,21 +603,21 @@ def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def test_a_failed_shared_statement_leaves_the_other_shapes_committed_and_its_own_runs_commit_alone(monkeypatch):
-    from durable.store import _pg
+    from durable.store.postgres import PostgresStore
 
-    original = _pg.commit_many
+    original = PostgresStore._shared_statement
 
-    def suspends_fail(plans):
+    def suspends_fail(self, plans):
         if plans[0].run.cancel_wake is not None:  # the re-suspensions' statement (a wake time to write)
             raise RuntimeError("statement failed")
-        return original(plans)
+        return original(self, plans)
 
     with fake_clock() as clock:
         naps = asleep(3, prefix="mixed")
         twice = [durable.start(sb_two_naps, run_id=f"mixed-two-{i}") for i in range(2)]
         drive()
         clock.set(clock.now() + timedelta(hours=1, seconds=1))
-        monkeypatch.setattr(_pg, "commit_many", suspends_fail)
+        monkeypatch.setattr(PostgresStore, "_shared_statement", suspends_fail)
         now = engine_clock.now()
         claimed = store.claim_due_runs(get_engine().owner, now, now + timedelta(seconds=30), 10)
         statuses = get_engine().run_turns([(run, store.load_checkpoints(run.id)) for run in claimed])

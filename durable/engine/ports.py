@@ -1,7 +1,9 @@
 """What the engine needs from the outside world: a store and a transport.
 
 The engine (replay, context, step execution) talks only to these interfaces.
-:mod:`durable.store` implements :class:`Store` on Django models;
+:mod:`durable.store` implements :class:`Store` on Django models (a portable
+store, and a PostgreSQL one that runs the same write plans of
+:mod:`durable.engine.plan` as single statements), :mod:`durable.store.memory` in memory;
 :mod:`durable.transports` implements :class:`Transport` in-process and on Celery.
 """
 
@@ -301,6 +303,37 @@ class Store(Protocol):
         match: dict[str, Any] | None,
         create: bool,
     ) -> tuple[Any] | None: ...
+    def publish_event(self, name: str, payload: Any, event_id: str, now: datetime) -> dict[str, Any]: ...
+    def republish_targets(
+        self,
+        *,
+        run_id: str | None,
+        workflow: str | None,
+        statuses: list[str],
+        since: datetime | None,
+        until: datetime | None,
+        limit: int,
+    ) -> list[str]: ...
+    def wake(self, run_ids: list[str], now: datetime) -> None: ...
+    def list_runs(
+        self,
+        *,
+        statuses: list[str],
+        workflow: str | None,
+        namespace: str | None,
+        tag: str | None,
+        attributes: list[tuple[str, str, Any]],
+        created_after: datetime | None,
+        created_before: datetime | None,
+        after: tuple[datetime, str] | None,
+        limit: int,
+    ) -> list[RunRecord]: ...
+    # the worker fleet's descriptors
+    def advertise(self, descriptor: dict[str, Any], now: datetime, expires_at: datetime) -> None: ...
+    def refresh_worker(self, worker_id: str, now: datetime, expires_at: datetime) -> bool: ...
+    def retire_worker(self, worker_id: str) -> None: ...
+    def live_workers(self, now: datetime) -> list[dict[str, Any]]: ...
+    def prune_workers(self, now: datetime) -> int: ...
     def atomic(self) -> Any: ...
 
 

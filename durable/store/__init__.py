@@ -9,21 +9,58 @@ run row and cannot deadlock each other.
 
 Timestamps come from the engine clock (passed in as ``now``), never from the
 database, so fake clocks in tests see consistent time everywhere.
+
+What a write changes is planned once (:mod:`durable.engine.plan`) and
+executed by the store :mod:`durable.store.factory` picks per connection
+vendor: :mod:`durable.store.portable` (the ORM) or :mod:`durable.store.postgres`
+(single prepared statements); :mod:`durable.store.statements` holds every SQL
+text. :data:`store` is the store picked for the default connection.
 """
 
 from __future__ import annotations
 
-from durable.store.events import EventsStore
-from durable.store.runs import RunsStore
-from durable.store.steps import StepsStore
-from durable.store.sweeps import SweepsStore
-from durable.store.turns import TurnsStore
+from typing import Any, cast
+
+from durable.store import factory
+from durable.store.portable import PortableStore
+
+# The portable store under its former name (tests patch its methods on the class).
+DjangoStore = PortableStore
 
 
-class DjangoStore(RunsStore, TurnsStore, StepsStore, EventsStore, SweepsStore):
-    """:class:`durable.engine.ports.Store` on the Django ORM."""
+class _DefaultStore:
+    """A thin proxy to the store the factory picks for the default connection, chosen on first use.
+
+    Attribute writes go to that store too (a test's ``monkeypatch`` then
+    patches the store the engine calls).
+    """
+
+    def __init__(self) -> None:
+        object.__setattr__(self, "_chosen", {})
+
+    def _target(self) -> PortableStore:
+        from django.db import connection
+
+        chosen: dict[str, PortableStore] = object.__getattribute__(self, "_chosen")
+        store = chosen.get(connection.vendor)
+        if store is None:
+            store = chosen.setdefault(connection.vendor, factory.for_connection(connection))
+        return store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._target(), name, value)
+
+    def __delattr__(self, name: str) -> None:
+        # Undoing a patch removes the store's own attribute, if it still has one: the proxy
+        # holds none itself, so a tool that restores by deleting may delete more than once.
+        target = self._target()
+        if name in vars(target):
+            delattr(target, name)
 
 
-store = DjangoStore()
+store: PortableStore = cast(PortableStore, _DefaultStore())
 
-__all__ = ["DjangoStore", "store"]
+__all__ = ["DjangoStore", "PortableStore", "factory", "store"]

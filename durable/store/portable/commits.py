@@ -1,8 +1,14 @@
-"""A turn's history and its atomic commit (checkpoints, waiters, settle)."""
+"""A turn's atomic commit, executed from its plan with the ORM (checkpoints, waiters, settle).
+
+:func:`durable.engine.plan.plan_commit` decides what a commit writes; this
+executes it in one transaction, run row first: the lease compare-and-set
+(and every step claim the plan checks) decides everything, and when it
+matches nothing the transaction is rolled back, so a turn that lost its run
+writes nothing at all. Timestamps are the plan's ``now``.
+"""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import datetime
@@ -11,64 +17,14 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Case, DateTimeField, Value, When
 
-from durable.engine.plan import (
-    CommitPlan,
-    PagePlan,
-    RunChange,
-    Shape,
-    plan_commit,
-    plan_page,
-    waiter_events,
-    waiter_runs,
-    waiter_signals,
-)
-from durable.engine.ports import (
-    REFUSED,
-    CheckpointRecord,
-    CommitResult,
-    Outcome,
-    TurnWrites,
-    Waiter,
-)
-from durable.engine.vocab import RUN_TOKEN, SETTLED
-from durable.models import (
-    TERMINAL,
-    BufferedEvent,
-    BufferedSignal,
-    Checkpoint,
-    Run,
-    RunStatus,
-    SignalWaiter,
-)
-from durable.store import _pg
-from durable.store._base import (
-    _CP_FIELDS,
-    StoreBase,
-    _cp_record,
-    _LeaseGone,
-    _matches,
-)
-
-logger = logging.getLogger("durable.store")
+from durable.engine.plan import CommitPlan, RunChange, plan_commit, waiter_events, waiter_runs, waiter_signals
+from durable.engine.ports import REFUSED, CommitResult, Outcome, TurnWrites, Waiter
+from durable.engine.vocab import RUN_TOKEN, SETTLED, TERMINAL, RunStatus
+from durable.models import BufferedEvent, BufferedSignal, Checkpoint, Run, SignalWaiter
+from durable.store.portable.shared import LeaseGone, StoreBase, matches
 
 
-class TurnsStore(StoreBase):
-    def load_checkpoints(self, run_id: str) -> dict[int, CheckpointRecord]:
-        if _pg.usable():
-            return _pg.load_checkpoints(run_id)
-        rows = Checkpoint.objects.filter(run_id=run_id).order_by("seq").values(*_CP_FIELDS)
-        return {row["seq"]: _cp_record(row) for row in rows}
-
-    def load_histories(self, run_ids: list[str]) -> dict[str, dict[int, CheckpointRecord]]:
-        """The checkpoints of several runs in one query, by run id (a run without any is absent)."""
-        if _pg.usable():
-            return _pg.load_histories(run_ids)
-        histories: dict[str, dict[int, CheckpointRecord]] = {}
-        rows = Checkpoint.objects.filter(run_id__in=run_ids).order_by("run_id", "seq").values("run_id", *_CP_FIELDS)
-        for row in rows:
-            histories.setdefault(row["run_id"], {})[row["seq"]] = _cp_record(row)
-        return histories
-
+class CommitRows(StoreBase):
     def commit(
         self,
         run_id: str,
@@ -97,10 +53,7 @@ class TurnsStore(StoreBase):
         return self.execute_commit(plan_commit(run_id, owner, now, lease_until, writes, outcome))
 
     def execute_commit(self, plan: CommitPlan) -> CommitResult:
-        """Execute a commit plan; see :meth:`commit`."""
-        if _pg.usable() and plan.shape != Shape.TRANSACTION:
-            written, wake_at, awaited = _pg.commit(plan)
-            return self._after_statement(plan, wake_at, awaited) if written else REFUSED
+        """Execute a commit plan in one transaction; see :meth:`commit`."""
         try:
             with transaction.atomic():
                 for name in plan.event_locks:
@@ -108,7 +61,7 @@ class TurnsStore(StoreBase):
                 self._write_run(plan.run, plan.now)
                 cancelled = self._apply(plan)
                 poked = self._settle_waiters(plan)
-        except _LeaseGone:
+        except LeaseGone:
             return REFUSED
         return self._committed(plan, cancelled, plan.now if poked else plan.asked_wake, True)
 
@@ -131,47 +84,30 @@ class TurnsStore(StoreBase):
     ) -> list[CommitResult | Exception]:
         """Final commits of several turns, each as :meth:`commit` would make it, written together.
 
-        On PostgreSQL the plans that can share a statement go in one statement
-        per shape (:func:`durable.engine.plan.plan_page`); each run's part is
-        still conditional on its own lease, so one lost lease refuses that
-        run's commit alone. Each result is :meth:`commit`'s, or the exception
-        that run's own commit raised; it does not raise itself. A shared
-        statement that fails wrote nothing (it is one statement): its runs are
-        then committed one by one.
+        A store that can share statements writes the plans that
+        :func:`durable.engine.plan.plan_page` groups in one statement per
+        group (:meth:`_commit_shared`); each run's part is still conditional
+        on its own lease, so one lost lease refuses that run's commit alone.
+        The others are committed one by one. Each result is :meth:`commit`'s,
+        or the exception that run's own commit raised; this does not raise.
         """
-        plans = [plan_commit(*c) for c in commits]
-        results: list[CommitResult | Exception | None] = [None] * len(plans)
-        page = plan_page(plans) if _pg.usable() else PagePlan((), tuple(range(len(plans))))
-        for batch in page.batches:
-            try:
-                written = _pg.commit_many([plans[i] for i in batch])
-            except Exception:  # one statement: nothing of it was written; one by one below
-                logger.warning(
-                    "shared commit of %d turns failed; committing them one by one", len(batch), exc_info=True
-                )
-                continue
-            for i in batch:
-                got = written.get(plans[i].run.lease.run_id)
-                try:
-                    results[i] = REFUSED if got is None else self._after_statement(plans[i], *got)
-                except Exception as exc:  # noqa: BLE001 - written; only the wake of waiters failed
-                    results[i] = exc
-        for i, commit in enumerate(commits):
-            if results[i] is None:  # alone: another shape, a group of one, or a failed shared statement
-                try:
-                    results[i] = self.commit(*commit)
-                except Exception as exc:  # noqa: BLE001 - reported for this run alone
-                    results[i] = exc
-        return [r for r in results if r is not None]
+        shared = self._commit_shared([plan_commit(*c) for c in commits])
+        return [shared[i] if i in shared else self._commit_alone(c) for i, c in enumerate(commits)]
 
-    def _after_statement(self, plan: CommitPlan, wake_at: datetime | None, awaited: bool) -> CommitResult:
-        run_id = plan.run.lease.run_id
-        if plan.suspends and plan.recheck and _pg.poke_if_settled(run_id, list(plan.recheck), plan.now):
-            wake_at = plan.now
-        return self._committed(plan, [], wake_at, awaited)
+    def _commit_shared(self, plans: list[CommitPlan]) -> dict[int, CommitResult | Exception]:
+        """Results of the plans committed in shared statements, by position (here: none)."""
+        return {}
+
+    def _commit_alone(
+        self, commit: tuple[str, str, datetime, datetime, TurnWrites, Outcome]
+    ) -> CommitResult | Exception:
+        try:
+            return self.commit(*commit)
+        except Exception as exc:  # noqa: BLE001 - reported for this run alone
+            return exc
 
     def _write_run(self, change: RunChange, now: datetime) -> None:
-        """The run's columns under the lease compare-and-set; :class:`_LeaseGone` when it matched nothing."""
+        """The run's columns under the lease compare-and-set; :class:`LeaseGone` when it matched nothing."""
         fields: dict[str, Any] = dict(change.sets)
         if change.cancel_wake is not None:
             fields["wake_at"] = Case(
@@ -184,7 +120,7 @@ class TurnsStore(StoreBase):
             fields["locked_until"] = change.lease_until
         lease = change.lease
         if not Run.objects.filter(id=lease.run_id, status=lease.status, locked_by=lease.owner).update(**fields):
-            raise _LeaseGone()
+            raise LeaseGone()
 
     def _settle_waiters(self, plan: CommitPlan) -> bool:
         """Replace the run's waiters; True when the suspended run was woken at once (``now``)."""
@@ -234,7 +170,7 @@ class TurnsStore(StoreBase):
             return True
         for name, match in waiter_events(waiters):
             buffered = BufferedEvent.objects.filter(name=name, consumed=False).values_list("payload", flat=True)
-            if any(_matches(match, payload) for payload in buffered[:500]):
+            if any(matches(match, payload) for payload in buffered[:500]):
                 return True
         return False
 
@@ -249,7 +185,7 @@ class TurnsStore(StoreBase):
             target = Checkpoint.objects.filter(run_id=run_id, seq=change.seq, status__in=change.expect)
             if change.claimed_by is not None:
                 if not target.filter(locked_by=change.claimed_by).update(**change.written()):
-                    raise _LeaseGone()  # the claim was taken from us: the turn cannot stand
+                    raise LeaseGone()  # the claim was taken from us: the turn cannot stand
                 continue
             target.update(**change.written())
         if plan.consumed_signals:
@@ -257,13 +193,3 @@ class TurnsStore(StoreBase):
         if plan.cancel_runs:
             return self._cancel_tree(list(plan.cancel_runs), plan.now)
         return []
-
-    def next_signal(self, run_id: str, name: str, skip: list[int]) -> tuple[int, Any] | None:
-        row = (
-            BufferedSignal.objects.filter(run_id=run_id, name=name)
-            .exclude(id__in=skip)
-            .order_by("id")
-            .values_list("id", "payload")
-            .first()
-        )
-        return (row[0], row[1]) if row is not None else None

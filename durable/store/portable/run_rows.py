@@ -1,4 +1,4 @@
-"""Runs: creation, leases, signals, cancellation, repairs and reads."""
+"""Runs: creation, leases, signals, cancellation and repairs, as the portable store writes them."""
 
 from __future__ import annotations
 
@@ -7,32 +7,17 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import F, Min, Q
+from django.db.models import F, Min
 
-from durable.engine.ports import (
-    RunRecord,
-)
-from durable.engine.vocab import RUN_TOKEN
+from durable.engine.ports import RunRecord
+from durable.engine.vocab import ACTIVE, RESETTABLE, RUN_TOKEN, TERMINAL, CheckpointKind, CheckpointStatus, RunStatus
 from durable.exceptions import InvalidRunState, RunNotFound
-from durable.models import (
-    ACTIVE,
-    TERMINAL,
-    BufferedSignal,
-    Checkpoint,
-    Run,
-    RunStatus,
-    SignalWaiter,
-)
-from durable.store import _pg
-from durable.store._base import (
-    CP_STATUS,
-    RESETTABLE,
-    StoreBase,
-    _run_record,
-)
+from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
+from durable.store.portable.shared import StoreBase, run_record, ts
+from durable.store.statements import ACQUIRE, INSERT_RUN, RUN_COLUMNS
 
 
-class RunsStore(StoreBase):
+class RunRows(StoreBase):
     def create_run(self, fields: dict[str, Any]) -> bool:
         """Insert the run unless one with that id exists (idempotent start); True if inserted.
 
@@ -41,19 +26,8 @@ class RunsStore(StoreBase):
         PostgreSQL waits for the winner's transaction before learning it lost.
         """
         row = Run(**fields)
-        columns = list(Run._meta.concrete_fields)
-        quote = connection.ops.quote_name
-        names = ", ".join(quote(f.column or f.name) for f in columns)
-        sql = (
-            f"INSERT INTO {quote(Run._meta.db_table)} ({names}) VALUES ({', '.join(['%s'] * len(columns))}) "
-            f"ON CONFLICT ({quote('id')}) DO NOTHING RETURNING {quote('id')}"
-        )
-        params = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in columns]
-        if _pg.usable():
-            return bool(_pg.execute(sql, params))
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return cursor.fetchone() is not None
+        params = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in RUN_COLUMNS]
+        return bool(self._execute(INSERT_RUN, params))
 
     def create_leased_run(
         self, fields: dict[str, Any], owner: str, now: datetime, lease_until: datetime
@@ -74,42 +48,16 @@ class RunsStore(StoreBase):
         }
         if not self.create_run(leased):
             return None
-        return _run_record(Run(**leased))
-
-    def get_run(self, run_id: str) -> RunRecord | None:
-        row = Run.objects.filter(id=run_id).first()
-        return _run_record(row) if row is not None else None
+        return run_record(Run(**leased))
 
     def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None:
         """Take the lease of a pending run, or of a suspended run whose wake is due.
 
         One compare-and-set statement that returns the run as it now is.
         """
-        if _pg.usable():
-            return _pg.acquire(run_id, owner, now, lease_until)
-        quote = connection.ops.quote_name
-        ts = connection.ops.adapt_datetimefield_value
-        columns = ", ".join(quote(f.column or f.name) for f in Run._meta.concrete_fields)
-        sql = (
-            f"UPDATE {quote(Run._meta.db_table)} SET {quote('status')} = %s, {quote('locked_by')} = %s, "
-            f"{quote('locked_until')} = %s, {quote('updated_at')} = %s, "
-            f"{quote('started_at')} = COALESCE({quote('started_at')}, %s), {quote('turns')} = {quote('turns')} + 1 "
-            f"WHERE {quote('id')} = %s AND ({quote('status')} = %s OR ({quote('status')} = %s AND "
-            f"{quote('wake_at')} <= %s)) RETURNING {columns}"
-        )
-        params = [
-            RunStatus.RUNNING,
-            owner,
-            ts(lease_until),
-            ts(now),
-            ts(now),
-            run_id,
-            RunStatus.PENDING,
-            RunStatus.SUSPENDED,
-            ts(now),
-        ]
-        rows = list(Run.objects.raw(sql, params))
-        return _run_record(rows[0]) if rows else None
+        params = [RunStatus.RUNNING, owner, ts(lease_until), ts(now), ts(now), run_id]
+        rows = list(Run.objects.raw(ACQUIRE, [*params, RunStatus.PENDING, RunStatus.SUSPENDED, ts(now)]))
+        return run_record(rows[0]) if rows else None
 
     def renew_lease(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> bool:
         return bool(
@@ -118,8 +66,6 @@ class RunsStore(StoreBase):
 
     def lease_held(self, run_id: str, owner: str) -> bool:
         """Does ``owner`` still hold the run's lease (not cancelled, not taken over)? A read."""
-        if _pg.usable():
-            return _pg.lease_held(run_id, owner)
         return Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).exists()
 
     def release(
@@ -251,14 +197,16 @@ class RunsStore(StoreBase):
             return self._requeue(run_id, now, {"deadline_at": deadline_at})
 
     def _requeue(self, run_id: str, now: datetime, extra: dict[str, Any]) -> list[str]:
-        failed = Checkpoint.objects.filter(run_id=run_id, status=CP_STATUS.FAILED, kind__in=RESETTABLE)
+        failed = Checkpoint.objects.filter(run_id=run_id, status=CheckpointStatus.FAILED, kind__in=RESETTABLE)
         first_failed = failed.aggregate(m=Min("seq"))["m"]
         requeued = [run_id]
         if first_failed is not None:
             dropped = Checkpoint.objects.filter(run_id=run_id, seq__gte=first_failed)
             children = [
                 (row or {}).get("run_id")
-                for row in dropped.filter(kind="child", status=CP_STATUS.FAILED).values_list("input", flat=True)
+                for row in dropped.filter(kind=CheckpointKind.CHILD, status=CheckpointStatus.FAILED).values_list(
+                    "input", flat=True
+                )
             ]
             dropped.delete()
             for child_id in children:
@@ -287,83 +235,9 @@ class RunsStore(StoreBase):
                 raise RunNotFound(f"no run with id {run_id!r}")
             if status not in ACTIVE:
                 raise InvalidRunState(f"run {run_id!r} is {status}; its steps are not dispatched any more")
-            pending = Checkpoint.objects.filter(run_id=run_id, kind="step", status=CP_STATUS.PENDING)
+            pending = Checkpoint.objects.filter(
+                run_id=run_id, kind=CheckpointKind.STEP, status=CheckpointStatus.PENDING
+            )
             rows = list(pending.values_list("seq", "queue"))
             pending.update(wake_at=new_wake, retry_at=None, dispatches=F("dispatches") + 1)
         return rows
-
-    def resolve_run(self, run_id: str) -> RunRecord | None:
-        """The run whose outcome stands for ``run_id``.
-
-        Follows continue-as-new to the chain's latest run; for a failed or dead
-        run, a completed retry-with-input of it stands in for it.
-        """
-        row = Run.objects.filter(id=run_id).first()
-        seen: set[str] = set()
-        while row is not None and row.continued_to and row.continued_to not in seen:
-            seen.add(row.id)
-            row = Run.objects.filter(id=row.continued_to).first()
-        if row is not None and row.status in (RunStatus.FAILED, RunStatus.DEAD):
-            retry = Run.objects.filter(retry_of=row.id, status=RunStatus.COMPLETED).order_by("-finished_at").first()
-            if retry is not None:
-                return self.resolve_run(retry.id)
-        return _run_record(row) if row is not None else None
-
-    def list_runs(
-        self,
-        *,
-        statuses: list[str],
-        workflow: str | None,
-        namespace: str | None,
-        tag: str | None,
-        attributes: list[tuple[str, str, Any]],
-        created_after: datetime | None,
-        created_before: datetime | None,
-        after: tuple[datetime, str] | None,
-        limit: int,
-    ) -> list[RunRecord]:
-        qs = self.runs_queryset(
-            statuses=statuses, workflow=workflow, namespace=namespace, tag=tag, attributes=attributes
-        )
-        if created_after is not None:
-            qs = qs.filter(created_at__gte=created_after)
-        if created_before is not None:
-            qs = qs.filter(created_at__lt=created_before)
-        if after is not None:
-            qs = qs.filter(Q(created_at__lt=after[0]) | Q(created_at=after[0], id__lt=after[1]))
-        return [_run_record(row) for row in qs.order_by("-created_at", "-id")[:limit]]
-
-    def runs_queryset(
-        self,
-        *,
-        statuses: list[str] | None = None,
-        workflow: str | None = None,
-        namespace: str | None = None,
-        tag: str | None = None,
-        attributes: list[tuple[str, str, Any]] | None = None,
-    ) -> Any:
-        """Runs filtered as :func:`durable.list_runs` does (shared with the dashboard)."""
-        qs = Run.objects.all()
-        if statuses:
-            qs = qs.filter(status__in=statuses)
-        if workflow:
-            qs = qs.filter(workflow=workflow)
-        if namespace:
-            qs = qs.filter(namespace=namespace)
-        if tag:
-            if connection.vendor == "postgresql":
-                qs = qs.filter(tags__contains=[tag])
-            else:
-                qs = qs.extra(
-                    where=["EXISTS (SELECT 1 FROM json_each(durable_run.tags) WHERE value = %s)"], params=[tag]
-                )
-        for key, op, value in attributes or []:
-            path = f"search_attributes__{key}"
-            qs = qs.filter(**{"search_attributes__has_key": key})
-            if op == "eq":
-                qs = qs.filter(**{path: value})
-            elif op == "ne":
-                qs = qs.exclude(**{path: value})
-            else:
-                qs = qs.filter(**{f"{path}__{op}": value})
-        return qs

@@ -1,34 +1,22 @@
-"""Queries and compare-and-set writes of the sweeps, and the worker fleet."""
+"""Due work as the sweeps find it: due runs and page claims, orphans, overdue runs, lost and expired steps."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Min, Q
 
-from durable.engine.ports import (
-    RunRecord,
-)
-from durable.models import (
-    ACTIVE,
-    Checkpoint,
-    Run,
-    RunStatus,
-    SignalWaiter,
-    WorkerDescriptor,
-)
-from durable.store import _pg
-from durable.store._base import (
-    CP_STATUS,
-    StoreBase,
-    _run_record,
-)
+from durable.engine.ports import RunRecord
+from durable.engine.vocab import ACTIVE, UNSETTLED, CheckpointKind, CheckpointStatus, RunStatus
+from durable.models import Checkpoint, Run, SignalWaiter
+from durable.store.portable.shared import StoreBase, run_record, ts
+from durable.store.statements import CLAIM_DUE_PAGE, CLAIM_PENDING_PAGE, claim_page_params
 
 
-class SweepsStore(StoreBase):
+class DueWork(StoreBase):
     def due_runs(self, now: datetime, limit: int) -> list[str]:
         pending = list(
             Run.objects.filter(status=RunStatus.PENDING)
@@ -60,48 +48,7 @@ class SweepsStore(StoreBase):
         return claimed
 
     def _claim(self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool) -> list[RunRecord]:
-        q = connection.ops.quote_name
-        ts = connection.ops.adapt_datetimefield_value
-        table = q(Run._meta.db_table)
-        columns = ", ".join(q(f.column or f.name) for f in Run._meta.concrete_fields)
-        status, wake_at, run_id = q("status"), q("wake_at"), q("id")
-        if pending:
-            due = f"{status} = %s"
-            due_params: list[Any] = [RunStatus.PENDING]
-            order = f"{q('priority')} DESC, {q('created_at')}"
-        else:
-            due = f"{status} = %s AND {wake_at} <= %s"
-            due_params = [RunStatus.SUSPENDED, ts(now)]
-            order = wake_at
-        postgres = connection.vendor == "postgresql"
-        skip_locked = " FOR UPDATE SKIP LOCKED" if postgres else ""
-        if postgres:
-            # The claimed rows are found by primary key, and the recheck is written so that no
-            # index can serve it: with an index path on the due columns, a plan made without
-            # statistics (a new table, a generic plan) rescans every due run for each picked one.
-            recheck = f"COALESCE({status}, '') = %s" + (
-                "" if pending else f" AND COALESCE({wake_at}, 'infinity') <= %s"
-            )
-            picked = f"WHERE {run_id} = ANY(ARRAY(SELECT {q('claim_id')} FROM {q('picked')})) AND {recheck}"
-        else:
-            picked = f"FROM {q('picked')} WHERE {table}.{run_id} = {q('picked')}.{q('claim_id')} AND {due}"
-        # The page is chosen once, in a materialised CTE: as a subquery (``id IN (SELECT ...)``)
-        # PostgreSQL may rescan it for every candidate row, and with SKIP LOCKED each rescan
-        # would lock another page.
-        sql = (
-            f"WITH {q('picked')} ({q('claim_id')}) AS MATERIALIZED ("
-            f"SELECT {run_id} FROM {table} WHERE {due} ORDER BY {order} LIMIT %s{skip_locked}) "
-            f"UPDATE {table} SET {status} = %s, {q('locked_by')} = %s, {q('locked_until')} = %s, "
-            f"{q('updated_at')} = %s, {q('started_at')} = COALESCE({q('started_at')}, %s), "
-            f"{q('turns')} = {q('turns')} + 1 "
-            # Re-checked on the row as locked: only a run still due is taken.
-            f"{picked} RETURNING {columns}"
-        )
-        params = [*due_params, limit, RunStatus.RUNNING, owner, ts(lease_until), ts(now), ts(now), *due_params]
-        if _pg.usable():
-            runs = [_pg.to_run(row) for row in _pg.execute(sql, params)]
-        else:
-            runs = [_run_record(row) for row in Run.objects.raw(sql, params)]
+        runs = self._claim_page(owner, now, lease_until, limit, pending=pending)
         # RETURNING gives no order: put the page back in the order it was chosen in.
         if pending:
             runs.sort(key=lambda run: (-run.priority, run.created_at))
@@ -109,10 +56,18 @@ class SweepsStore(StoreBase):
             runs.sort(key=lambda run: (run.wake_at is None, run.wake_at))
         return runs
 
+    def _claim_page(
+        self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool
+    ) -> list[RunRecord]:
+        """One statement that leases a page of due runs (SQLite serialises writers: it is atomic as it is)."""
+        due = [RunStatus.PENDING] if pending else [RunStatus.SUSPENDED, ts(now)]
+        params = claim_page_params(due, limit, owner, ts(now), ts(lease_until))
+        return [run_record(row) for row in Run.objects.raw(CLAIM_PENDING_PAGE if pending else CLAIM_DUE_PAGE, params)]
+
     def due_steps(self, now: datetime, limit: int) -> list[tuple[str, int, str | None]]:
         """Pending dispatched steps that may be claimed now (fresh, or retry due)."""
         rows = (
-            Checkpoint.objects.filter(kind="step", status=CP_STATUS.PENDING, run__status__in=ACTIVE)
+            Checkpoint.objects.filter(kind=CheckpointKind.STEP, status=CheckpointStatus.PENDING, run__status__in=ACTIVE)
             .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
             .order_by("enqueued_at")
             .values_list("run_id", "seq", "queue")[:limit]
@@ -174,7 +129,7 @@ class SweepsStore(StoreBase):
             return None
         row.recovery_attempts = attempts
         row.turns += 1
-        return _run_record(row)
+        return run_record(row)
 
     def overdue_runs(self, now: datetime, limit: int) -> list[str]:
         return list(
@@ -218,7 +173,7 @@ class SweepsStore(StoreBase):
     def expired_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]:
         """Running steps whose execution lease lapsed (worker gone) or whose timeout passed."""
         rows = (
-            Checkpoint.objects.filter(kind="step", status=CP_STATUS.RUNNING)
+            Checkpoint.objects.filter(kind=CheckpointKind.STEP, status=CheckpointStatus.RUNNING)
             .filter(Q(wake_at__lt=now) | Q(timeout_at__lt=now))
             .values("run_id", "seq", "name", "queue", "attempts", "wake_at", "timeout_at")[:limit]
         )
@@ -226,15 +181,17 @@ class SweepsStore(StoreBase):
 
     def reset_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool:
         """Put a running step whose worker vanished back to pending (same step id)."""
-        cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.RUNNING, wake_at=expected_wake)
+        cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CheckpointStatus.RUNNING, wake_at=expected_wake)
         return bool(
-            cp.update(status=CP_STATUS.PENDING, locked_by=None, wake_at=new_wake, dispatches=F("dispatches") + 1)
+            cp.update(status=CheckpointStatus.PENDING, locked_by=None, wake_at=new_wake, dispatches=F("dispatches") + 1)
         )
 
     def lost_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]:
         """Pending dispatched steps that no worker took before their redelivery time."""
         rows = (
-            Checkpoint.objects.filter(kind="step", status=CP_STATUS.PENDING, wake_at__lte=now, run__status__in=ACTIVE)
+            Checkpoint.objects.filter(
+                kind=CheckpointKind.STEP, status=CheckpointStatus.PENDING, wake_at__lte=now, run__status__in=ACTIVE
+            )
             .order_by("wake_at")
             .values("run_id", "seq", "name", "queue", "dispatches", "wake_at", "retry_at")[:limit]
         )
@@ -242,7 +199,7 @@ class SweepsStore(StoreBase):
 
     def redispatch_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool:
         """Claim the right to re-dispatch a pending step (compare-and-set on its wake time)."""
-        cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.PENDING, wake_at=expected_wake)
+        cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CheckpointStatus.PENDING, wake_at=expected_wake)
         return bool(cp.update(wake_at=new_wake, dispatches=F("dispatches") + 1))
 
     def blocked_runs(self, limit: int) -> list[dict[str, Any]]:
@@ -258,24 +215,9 @@ class SweepsStore(StoreBase):
         """The earliest moment at which some work falls due (for test drivers)."""
         run_wake = Run.objects.filter(status=RunStatus.SUSPENDED).aggregate(m=Min("wake_at"))["m"]
         step_wake = Checkpoint.objects.filter(
-            kind="step", status__in=(CP_STATUS.PENDING, CP_STATUS.RUNNING), wake_at__isnull=False
+            kind=CheckpointKind.STEP,
+            status__in=UNSETTLED,
+            wake_at__isnull=False,
         ).aggregate(m=Min("wake_at"))["m"]
         candidates = [d for d in (run_wake, step_wake) if d is not None]
         return min(candidates) if candidates else None
-
-    def advertise(self, descriptor: dict[str, Any], now: datetime, expires_at: datetime) -> None:
-        WorkerDescriptor.objects.update_or_create(
-            id=descriptor["id"], defaults={**descriptor, "heartbeat_at": now, "expires_at": expires_at}
-        )
-
-    def refresh_worker(self, worker_id: str, now: datetime, expires_at: datetime) -> bool:
-        return bool(WorkerDescriptor.objects.filter(id=worker_id).update(heartbeat_at=now, expires_at=expires_at))
-
-    def retire_worker(self, worker_id: str) -> None:
-        WorkerDescriptor.objects.filter(id=worker_id).delete()
-
-    def live_workers(self, now: datetime) -> list[dict[str, Any]]:
-        return [dict(row) for row in WorkerDescriptor.objects.filter(expires_at__gt=now).values()]
-
-    def prune_workers(self, now: datetime) -> int:
-        return WorkerDescriptor.objects.filter(expires_at__lt=now - timedelta(hours=1)).delete()[0]

@@ -1,4 +1,10 @@
-"""Shared plumbing of the store: records, run insertion, waking waiters, cancellation trees."""
+"""Plumbing shared by the portable store's parts: records, run inserts, waking waiters, cancel trees.
+
+The hooks here (:meth:`StoreBase._execute`, :meth:`StoreBase._lock_event`,
+:meth:`StoreBase._wake_waiters`) are where the PostgreSQL store puts its
+single statements; everything else reaches the database through them or
+through the ORM.
+"""
 
 from __future__ import annotations
 
@@ -7,45 +13,36 @@ from typing import Any
 
 from django.db import connection, transaction
 
-from durable.engine.ports import (
-    CheckpointRecord,
-    RunRecord,
-)
-from durable.models import (
-    ACTIVE,
-    CheckpointStatus,
-    Run,
-    RunStatus,
-    SignalWaiter,
-)
-from durable.store import _pg
-
-CP_STATUS = CheckpointStatus
-# Failed checkpoints that a requeue resets so they run again.
-RESETTABLE = ("step", "local", "child", "transaction")
+from durable.engine.ports import CheckpointRecord, RunRecord
+from durable.engine.vocab import ACTIVE, RunStatus
+from durable.models import Run, SignalWaiter
 
 
-class _LeaseGone(Exception):
-    """Rolls a commit back when the lease compare-and-set matched nothing."""
+class LeaseGone(Exception):
+    """Rolls a commit back when the lease compare-and-set (or a step claim) matched nothing."""
 
 
-def _matches(match: dict[str, Any] | None, payload: Any) -> bool:
+def matches(match: dict[str, Any] | None, payload: Any) -> bool:
     """``match`` is a subset of ``payload`` (every key present with an equal value)."""
     if not match:
         return True
     return isinstance(payload, dict) and all(k in payload and payload[k] == v for k, v in match.items())
 
 
-_RUN_FIELDS = [f.name for f in Run._meta.concrete_fields]
-_CP_FIELDS = list(CheckpointRecord.__dataclass_fields__)
+CP_FIELDS = list(CheckpointRecord.__dataclass_fields__)
 
 
-def _run_record(row: Run) -> RunRecord:
+def run_record(row: Run) -> RunRecord:
     return RunRecord(**{name: getattr(row, name) for name in RunRecord.__dataclass_fields__})
 
 
-def _cp_record(row: dict[str, Any]) -> CheckpointRecord:
-    return CheckpointRecord(**{name: row[name] for name in _CP_FIELDS})
+def cp_record(row: dict[str, Any]) -> CheckpointRecord:
+    return CheckpointRecord(**{name: row[name] for name in CP_FIELDS})
+
+
+def ts(value: datetime) -> Any:
+    """A datetime as a raw SQL parameter of the default connection."""
+    return connection.ops.adapt_datetimefield_value(value)
 
 
 class StoreBase:
@@ -54,6 +51,12 @@ class StoreBase:
     def atomic(self) -> Any:
         """A database transaction (``ctx.transaction`` wraps user writes and a checkpoint in it)."""
         return transaction.atomic()
+
+    def _execute(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        """Run one raw statement of :mod:`durable.store.statements`; its rows."""
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
 
     def _insert_runs(self, rows: list[dict[str, Any]]) -> list[str]:
         """Insert runs that do not exist yet (idempotent on id); return the ids created."""
@@ -64,15 +67,13 @@ class StoreBase:
         return [run.id for run in new]
 
     def _lock_event(self, name: str) -> None:
-        """Serialise publishers and waiters of one event name (PostgreSQL; SQLite serialises all writes)."""
-        if connection.vendor == "postgresql":
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", ["durable-event:" + name])
+        """Serialise publishers and waiters of one event name until the transaction ends.
+
+        Nothing to do where the database serialises all writers (SQLite).
+        """
 
     def _wake_waiters(self, tokens: list[str], now: datetime) -> list[str]:
         """Wake the suspended runs waiting on any of ``tokens``; return their ids."""
-        if _pg.usable():
-            return _pg.wake_waiters(tokens, now)
         ids = list(SignalWaiter.objects.filter(name__in=tokens).values_list("run_id", flat=True).distinct())
         if not ids:
             return []

@@ -1,4 +1,4 @@
-"""Named events and lifecycle-event delivery."""
+"""Named events and lifecycle-event delivery, as the portable store writes them."""
 
 from __future__ import annotations
 
@@ -9,29 +9,14 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Q
 
-from durable.engine.ports import (
-    RunRecord,
-)
-from durable.engine.vocab import EVENT_TOKEN
+from durable.engine.ports import RunRecord
+from durable.engine.vocab import EVENT_TOKEN, TERMINAL, CheckpointKind, CheckpointStatus, RunStatus
 from durable.exceptions import LeaseLost
-from durable.models import (
-    TERMINAL,
-    BufferedEvent,
-    Checkpoint,
-    LifecycleBatch,
-    Run,
-    RunStatus,
-    SignalWaiter,
-)
-from durable.store._base import (
-    CP_STATUS,
-    StoreBase,
-    _matches,
-    _run_record,
-)
+from durable.models import BufferedEvent, Checkpoint, LifecycleBatch, Run, SignalWaiter
+from durable.store.portable.shared import StoreBase, matches, run_record
 
 
-class EventsStore(StoreBase):
+class EventRows(StoreBase):
     def publish_event(self, name: str, payload: Any, event_id: str, now: datetime) -> dict[str, Any]:
         """Deliver an event to every matching waiter, or buffer it once for the first one.
 
@@ -48,11 +33,11 @@ class EventsStore(StoreBase):
             .values("id", "run_id", "seq", "match")
         )
         for w in waiters:
-            if not _matches(w["match"], payload):
+            if not matches(w["match"], payload):
                 continue
             taken = Checkpoint.objects.filter(
-                run_id=w["run_id"], seq=w["seq"], kind="event", status=CP_STATUS.PENDING
-            ).update(status=CP_STATUS.COMPLETED, output=payload, finished_at=now)
+                run_id=w["run_id"], seq=w["seq"], kind=CheckpointKind.EVENT, status=CheckpointStatus.PENDING
+            ).update(status=CheckpointStatus.COMPLETED, output=payload, finished_at=now)
             if taken:
                 delivered.append(w["run_id"])
                 SignalWaiter.objects.filter(id=w["id"]).delete()
@@ -79,7 +64,7 @@ class EventsStore(StoreBase):
         with transaction.atomic():
             self._lock_event(name)
             rows = BufferedEvent.objects.filter(name=name, consumed=False).order_by("id").values("id", "payload")
-            pick = next((row for row in rows[:500] if _matches(match, row["payload"])), None)
+            pick = next((row for row in rows[:500] if matches(match, row["payload"])), None)
             if pick is None:
                 return None
             if not Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(
@@ -92,16 +77,16 @@ class EventsStore(StoreBase):
                     run_id=run_id,
                     seq=seq,
                     name=name,
-                    kind="event",
-                    status=CP_STATUS.COMPLETED,
+                    kind=CheckpointKind.EVENT,
+                    status=CheckpointStatus.COMPLETED,
                     input={"match": match},
                     output=pick["payload"],
                     started_at=now,
                     finished_at=now,
                 )
             else:
-                Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CP_STATUS.PENDING).update(
-                    status=CP_STATUS.COMPLETED, output=pick["payload"], finished_at=now
+                Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CheckpointStatus.PENDING).update(
+                    status=CheckpointStatus.COMPLETED, output=pick["payload"], finished_at=now
                 )
         return (pick["payload"],)
 
@@ -115,7 +100,7 @@ class EventsStore(StoreBase):
         if not taken:
             return None
         row = Run.objects.filter(id=run_id, locked_by=owner).first()
-        return _run_record(row) if row is not None else None
+        return run_record(row) if row is not None else None
 
     def release_lifecycle_lease(self, run_id: str, owner: str) -> None:
         Run.objects.filter(id=run_id, status__in=TERMINAL, locked_by=owner).update(locked_by=None, locked_until=None)
@@ -206,7 +191,7 @@ class EventsStore(StoreBase):
             finished_at__gte=since,
             continued_to__isnull=True,
         ).order_by("-finished_at")[:limit]
-        return [_run_record(row) for row in rows]
+        return [run_record(row) for row in rows]
 
     def mark_owed(self, run_id: str, subscribers: list[str]) -> bool:
         """Add subscribers to a settled run's owed set (heal); no-op if another publisher holds it."""

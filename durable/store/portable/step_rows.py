@@ -1,0 +1,126 @@
+"""Dispatched steps: claim, heartbeat and settle under compare-and-set, executed from their plans."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+
+from durable.engine.plan import StepClaimPlan, StepResultPlan, plan_step_claim, plan_step_result
+from durable.engine.ports import RunRecord, StepClaim
+from durable.engine.vocab import SETTLED, CheckpointStatus, RunStatus
+from durable.models import Checkpoint, Run
+from durable.store.portable.shared import StoreBase
+
+
+class StepRows(StoreBase):
+    # Provided by RunRows: the store is one class made of these parts.
+    acquire: Callable[[str, str, datetime, datetime], RunRecord | None]
+
+    def claim_step(
+        self,
+        run_id: str,
+        seq: int,
+        owner: str,
+        now: datetime,
+        lease_until: datetime,
+        timeout_of: Callable[[str], float | None] = lambda name: None,
+    ) -> StepClaim | None:
+        """Claim a pending, due step of an active run (see :class:`durable.engine.plan.StepClaimPlan`)."""
+        return self._claim_step(plan_step_claim(run_id, seq, owner, now, lease_until), timeout_of)
+
+    def _claim_step(self, plan: StepClaimPlan, timeout_of: Callable[[str], float | None]) -> StepClaim | None:
+        with transaction.atomic():
+            # Lock the checkpoint row only (no join to the run for ordering): the run row is
+            # locked first everywhere else, and this must not take it in the other order.
+            row = (
+                Checkpoint.objects.select_for_update(of=("self",))
+                .filter(run_id=plan.run_id, seq=plan.seq, kind=plan.kind)
+                .order_by()
+                .values("id", "name", "status", "input", "attempts", "retry_at")
+                .first()
+            )
+            if row is None or row["status"] != plan.expect:
+                return None
+            if row["retry_at"] is not None and row["retry_at"] > plan.now:
+                return None  # a retry that is not due yet
+            run = Run.objects.filter(id=plan.run_id).values_list("status", "namespace").first()
+            if run is None or run[0] not in plan.run_statuses:
+                return None
+            sets = {**plan.sets, "timeout_at": plan.timeout_at(timeout_of(row["name"]))}
+            Checkpoint.objects.filter(id=row["id"]).update(attempts=F("attempts") + 1, **sets)
+        return StepClaim(plan.run_id, plan.seq, row["name"], row["input"], row["attempts"] + 1, run[1])
+
+    def renew_step(self, run_id: str, seq: int, owner: str, lease_until: datetime) -> bool:
+        return bool(
+            Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CheckpointStatus.RUNNING, locked_by=owner).update(
+                wake_at=lease_until
+            )
+        )
+
+    def heartbeat_step(self, run_id: str, seq: int, now: datetime, progress: Any, lease_until: datetime) -> None:
+        """Record liveness and progress; push the execution lease out once half of it is spent."""
+        running = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CheckpointStatus.RUNNING)
+        running.update(heartbeat_at=now, progress=progress)
+        half = now + (lease_until - now) / 2
+        running.filter(wake_at__lt=half).update(wake_at=lease_until)
+
+    def finish_step(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        *,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+        retry_at: datetime | None = None,
+    ) -> bool:
+        """Settle (or schedule the retry of) a dispatched step; wake its run.
+
+        Returns True when the run was woken and should take its next turn.
+        A duplicate result finds the checkpoint settled, changes nothing, and
+        still wakes the run so a resume lost after the first result is re-driven.
+        """
+        return self._finish_step(plan_step_result(run_id, seq, now, output=output, error=error, retry_at=retry_at))
+
+    def _finish_step(self, plan: StepResultPlan) -> bool:
+        """Execute a step result's plan (run row locked first, then the checkpoint); True if woken."""
+        with transaction.atomic():
+            status = Run.objects.select_for_update().filter(id=plan.run_id).values_list("status", flat=True).first()
+            if status is None or status in plan.ignored_runs:
+                return False
+            Checkpoint.objects.filter(run_id=plan.run_id, seq=plan.seq, status__in=plan.open).update(**plan.sets)
+            if not plan.wake or status != RunStatus.SUSPENDED:
+                return False
+            return bool(Run.objects.filter(id=plan.run_id, status=RunStatus.SUSPENDED).update(wake_at=plan.now))
+
+    def finish_step_and_acquire(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        owner: str,
+        lease_until: datetime,
+        *,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> RunRecord | None:
+        """:meth:`finish_step`, then take the woken run's lease for ``owner`` (its next turn).
+
+        Returns the run, leased, when it was suspended (the caller runs its
+        turn); None when it was not woken (still running elsewhere, blocked,
+        over).
+        """
+        if not self.finish_step(run_id, seq, now, output=output, error=error):
+            return None
+        return self.acquire(run_id, owner, now, lease_until)
+
+    def poke_if_settled(self, run_id: str, seq: int, now: datetime) -> bool:
+        settled = Checkpoint.objects.filter(run_id=run_id, seq=seq, status__in=SETTLED).exists()
+        return settled and self.poke(run_id, now)
+
+    def poke(self, run_id: str, now: datetime) -> bool:
+        return bool(Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now))

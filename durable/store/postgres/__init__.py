@@ -1,0 +1,26 @@
+"""The PostgreSQL store: the portable store's plans executed as single prepared statements.
+
+:class:`PostgresStore` subclasses :class:`durable.store.portable.PortableStore`
+and replaces the hot path: a turn's commit (one data-modifying CTE), a page's
+final commits (one statement per shape, arrays per column), the page claim
+(``FOR UPDATE SKIP LOCKED``), a step's claim and result, the lease take, the
+history loads, waking waiters and the advisory locks of event names. The
+rarer shapes run as the portable store runs them. Every statement keeps the
+guarantees of the portable version it replaces (run row locked first,
+compare-and-set on the lease, the engine's ``now``). All SQL text is in
+:mod:`durable.store.statements`; the preparing cursors are the instance's.
+"""
+
+from __future__ import annotations
+
+from durable.store.portable import PortableStore
+from durable.store.postgres.commits import PostgresCommits
+from durable.store.postgres.run_rows import PostgresRuns
+from durable.store.postgres.step_rows import PostgresSteps
+
+
+class PostgresStore(PostgresCommits, PostgresSteps, PostgresRuns, PortableStore):
+    """:class:`durable.engine.ports.Store` on PostgreSQL; see the module docstring."""
+
+
+__all__ = ["PostgresStore"]

@@ -1,0 +1,31 @@
+"""What every part of the PostgreSQL store shares: its cursors, its statements, event locks and wakes."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from durable.store.portable.shared import StoreBase
+from durable.store.postgres.cursors import Cursors
+from durable.store.statements import EVENT_LOCK_PREFIX, PG_EVENT_LOCK, PG_WAKE_WAITERS, PostgresStatements
+
+
+class PostgresBase(StoreBase):
+    """State of one PostgreSQL store: its preparing cursors and its column casts (no module globals)."""
+
+    def __init__(self) -> None:
+        self._cursors = Cursors()
+        self._statements = PostgresStatements(connection)
+
+    def _execute(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        return self._cursors.execute(sql, params)
+
+    def _lock_event(self, name: str) -> None:
+        """An advisory lock per event name, held until the transaction ends."""
+        self._execute(PG_EVENT_LOCK, [EVENT_LOCK_PREFIX + name])
+
+    def _wake_waiters(self, tokens: list[str], now: datetime) -> list[str]:
+        """Wake the suspended runs with a waiter on any of ``tokens``, in one statement; their ids."""
+        return [row[0] for row in self._execute(PG_WAKE_WAITERS, [now, tokens])]

@@ -1,0 +1,67 @@
+"""Cursors for the PostgreSQL store's statements: Django's, or ones that prepare every statement.
+
+With ``PREPARED_STATEMENTS`` (on by default) each statement of
+:mod:`durable.store.statements` is parsed and planned once per connection;
+Django's own queries are never prepared. Both kinds of cursor go through
+Django's cursor wrapper, so ``execute_wrapper`` hooks, query logging and
+error translation see these statements as any other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import connection
+
+from durable import conf
+
+# Django turns psycopg's automatic preparation off (prepare_threshold None), and psycopg then
+# refuses even an explicit prepare=True. A threshold no statement reaches turns explicit
+# preparation back on without preparing anything else: Django's own cursors bind on the
+# client and never prepare.
+_EXPLICIT_ONLY = 1 << 62
+
+
+class Cursors:
+    """Runs the store's statements; owns the preparing cursor class (built on first use)."""
+
+    def __init__(self) -> None:
+        self._preparing: Any = None
+
+    def _preparing_class(self) -> Any:
+        """A server-side binding cursor class that prepares every statement it runs.
+
+        The statements are few and fixed (a commit's text varies only with the
+        shape of its plan), so each is prepared once per connection; psycopg
+        keeps the most recent ``prepared_max`` of them. Imported on first use:
+        the PostgreSQL backend needs psycopg.
+        """
+        if self._preparing is None:
+            from django.db.backends.postgresql import base
+
+            server_binding: Any = base.ServerBindingCursor
+
+            class PreparingCursor(server_binding):  # type: ignore[misc]
+                def execute(self, query: Any, params: Any = None, **kwargs: Any) -> Any:
+                    return super().execute(query, params, prepare=True, **kwargs)
+
+            self._preparing = PreparingCursor
+        return self._preparing
+
+    def cursor(self) -> Any:
+        if not conf.get().prepared_statements:
+            return connection.cursor()
+        connection.close_if_health_check_failed()
+        connection.ensure_connection()
+        connection.validate_thread_sharing()
+        raw: Any = connection.connection
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = _EXPLICIT_ONLY
+        cursor = self._preparing_class()(raw)
+        return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
+
+    def execute(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        """Run one statement; its rows (none for a statement that returns nothing)."""
+        with self.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []

@@ -1,0 +1,50 @@
+"""Leases, histories and page claims of runs, each as one (prepared) statement."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from durable.engine.ports import CheckpointRecord, RunRecord
+from durable.engine.vocab import RunStatus
+from durable.store.portable.due_work import DueWork
+from durable.store.portable.histories import HistoryRows
+from durable.store.portable.run_reads import RunReads
+from durable.store.portable.run_rows import RunRows
+from durable.store.postgres.base import PostgresBase
+from durable.store.postgres.rows import to_checkpoint, to_run
+from durable.store.statements import (
+    PG_ACQUIRE,
+    PG_CLAIM_DUE_PAGE,
+    PG_CLAIM_PENDING_PAGE,
+    PG_LEASE_HELD,
+    PG_LOAD_CHECKPOINTS,
+    PG_LOAD_HISTORIES,
+    claim_page_params,
+)
+
+
+class PostgresRuns(PostgresBase, RunRows, RunReads, HistoryRows, DueWork):
+    def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None:
+        rows = self._execute(PG_ACQUIRE, [owner, lease_until, now, now, run_id, now])
+        return to_run(rows[0]) if rows else None
+
+    def lease_held(self, run_id: str, owner: str) -> bool:
+        return bool(self._execute(PG_LEASE_HELD, [run_id, RunStatus.RUNNING, owner]))
+
+    def load_checkpoints(self, run_id: str) -> dict[int, CheckpointRecord]:
+        return {seq: to_checkpoint(seq, values) for seq, *values in self._execute(PG_LOAD_CHECKPOINTS, [run_id])}
+
+    def load_histories(self, run_ids: list[str]) -> dict[str, dict[int, CheckpointRecord]]:
+        histories: dict[str, dict[int, CheckpointRecord]] = {}
+        for run_id, seq, *values in self._execute(PG_LOAD_HISTORIES, [run_ids]):
+            histories.setdefault(run_id, {})[seq] = to_checkpoint(seq, values)
+        return histories
+
+    def _claim_page(
+        self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool
+    ) -> list[RunRecord]:
+        """The page chosen ``FOR UPDATE SKIP LOCKED``: concurrent claimers take disjoint runs without waiting."""
+        due: list[Any] = [RunStatus.PENDING] if pending else [RunStatus.SUSPENDED, now]
+        sql = PG_CLAIM_PENDING_PAGE if pending else PG_CLAIM_DUE_PAGE
+        return [to_run(row) for row in self._execute(sql, claim_page_params(due, limit, owner, now, lease_until))]

@@ -1,0 +1,71 @@
+"""A step's claim and its result, each as one statement."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+
+from durable.engine.plan import StepClaimPlan, StepResultPlan, plan_step_result
+from durable.engine.ports import RunRecord, StepClaim
+from durable.engine.vocab import RunStatus
+from durable.store.portable.step_rows import StepRows
+from durable.store.postgres.base import PostgresBase
+from durable.store.postgres.rows import to_run
+from durable.store.statements import CP_FIELD, PG_CLAIM_STEP, PG_SET_STEP_TIMEOUT
+
+
+class PostgresSteps(PostgresBase, StepRows):
+    def _claim_step(self, plan: StepClaimPlan, timeout_of: Callable[[str], float | None]) -> StepClaim | None:
+        """One UPDATE that locks the checkpoint row only; the run row is read, not locked.
+
+        (The run row is locked first everywhere else; a cancel racing the
+        claim is settled by the result write, which drops results for
+        cancelled runs.) A step with a timeout takes a second statement.
+        """
+        params = [plan.owner, plan.lease_until, plan.now, plan.run_id, plan.seq, plan.now, list(plan.run_statuses)]
+        rows = self._execute(PG_CLAIM_STEP, params)
+        if not rows:
+            return None
+        cp_id, name, raw_input, attempts, namespace = rows[0]
+        field: Any = CP_FIELD["input"]
+        value = field.from_db_value(raw_input, None, connection) if raw_input is not None else None
+        timeout_at = plan.timeout_at(timeout_of(name))
+        if timeout_at is not None:
+            self._execute(PG_SET_STEP_TIMEOUT, [timeout_at, cp_id])
+        return StepClaim(plan.run_id, plan.seq, name, value, attempts, namespace)
+
+    def _settle_step(self, plan: StepResultPlan) -> tuple[str | None, RunRecord | None]:
+        """Settle and wake (or lease) in one statement; the run's status as found, the run as leased."""
+        rows = self._execute(
+            self._statements.finish_step(plan.take is not None), self._statements.finish_step_params(plan)
+        )
+        if not rows:
+            return None, None
+        status, *run = rows[0]
+        if plan.take is None or run[0] is None:
+            return status, None
+        return status, to_run(run)
+
+    def _finish_step(self, plan: StepResultPlan) -> bool:
+        if plan.retry:
+            return super()._finish_step(plan)
+        status, _ = self._settle_step(plan)
+        return status == RunStatus.SUSPENDED
+
+    def finish_step_and_acquire(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        owner: str,
+        lease_until: datetime,
+        *,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+    ) -> RunRecord | None:
+        """Settle the step and take the woken run's lease, in the one statement (no wake write, no acquire)."""
+        plan = plan_step_result(run_id, seq, now, output=output, error=error, take=(owner, lease_until))
+        return self._settle_step(plan)[1]
