@@ -8,7 +8,7 @@ events, :func:`tick` runs one pass of all of them, and
 :class:`~durable.worker.loop.WorkerLoop` ticks until stopped (``manage.py
 durable_worker``, the embedded worker of the web process). The package is
 named for its user rather than "sweeps" so that it does not collide with the
-store's sweep queries (:mod:`durable.store.sweeps`).
+store's sweep queries (:mod:`durable.store.portable.due_work`).
 """
 
 from __future__ import annotations
