@@ -41,9 +41,8 @@ STORES = [
 def _database_store(kind: str) -> Any:
     """The ORM store (``portable``) or the store the factory picks for PostgreSQL (``postgres``)."""
     try:
-        from durable.store.portable import PortableStore  # type: ignore[import-not-found]
-
         from durable.store import factory  # type: ignore[attr-defined]
+        from durable.store.portable import PortableStore  # type: ignore[import-not-found]
     except ImportError:  # before the split: one store that takes PostgreSQL's paths itself
         from durable.store import DjangoStore
 
