@@ -72,9 +72,10 @@ class WorkerLoop:
 
     def _run_claimed(self, jobs: Sequence[Callable[[], Any]]) -> list[Any]:
         """Run the turns of claimed runs on ``WORKER_THREADS`` threads; wait for all of them."""
-        size = get_engine().settings.worker_threads
-        # SQLite takes one writer at a time: turns in parallel would only wait on its lock.
-        if size == 1 or len(jobs) == 1 or connection.vendor == "sqlite":
+        engine = get_engine()
+        size = engine.settings.worker_threads
+        # A store that takes one writer at a time (SQLite): turns in parallel would only wait on its lock.
+        if size == 1 or len(jobs) == 1 or not engine.store.parallel_writes():
             return [job() for job in jobs]
         if self._pool is None or self._pool_size != size:
             if self._pool is not None:

@@ -277,3 +277,15 @@ def test_sweep_writes_ignore_other_kinds(store: Any) -> None:
     sleep = record(1, CheckpointKind.SLEEP, CheckpointStatus.PENDING, wake_at=at(5))
     store.commit("r1", OWNER, T0, LEASE, creates(sleep))
     assert (store.lost_steps(at(10), 10), store.expired_steps(at(10), 10), store.due_steps(at(10), 10)) == ([], [], [])
+
+
+def test_a_store_says_whether_turns_of_different_runs_may_write_at_once(store: Any) -> None:
+    from durable.store.memory import MemoryStore
+
+    if isinstance(store, MemoryStore):
+        assert store.parallel_writes() is True  # each write holds its lock only briefly
+        return
+    from django.db import connection
+
+    # One writer at a time where the database has no row locks (SQLite).
+    assert store.parallel_writes() is bool(connection.features.has_select_for_update)

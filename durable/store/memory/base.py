@@ -66,6 +66,10 @@ class MemoryBase:
         # Only for columns the caller leaves unset (a run's created_at, a worker's started_at).
         self._clock: Clock = clock or SystemClock()
 
+    def parallel_writes(self) -> bool:
+        """Each write holds the lock briefly; turns' own work runs outside it."""
+        return True
+
     @contextmanager
     def atomic(self) -> Iterator[None]:
         """Commit-or-nothing: an exception leaving the block undoes every write made in it.

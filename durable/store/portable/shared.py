@@ -52,6 +52,10 @@ class StoreBase:
         """A database transaction (``ctx.transaction`` wraps user writes and a checkpoint in it)."""
         return transaction.atomic()
 
+    def parallel_writes(self) -> bool:
+        """A database without row locks (SQLite) takes one writer at a time."""
+        return bool(connection.features.has_select_for_update)
+
     def _execute(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         """Run one raw statement of :mod:`durable.store.statements`; its rows."""
         with connection.cursor() as cursor:
