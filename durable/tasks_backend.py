@@ -15,7 +15,8 @@ Guarantees:
   queue (Django's ``"default"`` queue is durable's default queue). A worker
   that dies mid-task leaves the step to be run again once its execution lease
   lapses; a task that raises is attempted again after a back-off, up to the
-  task's ``retries`` (``@task(retries=3)``, default ``OPTIONS["retries"]``, 0).
+  task's ``retries`` (``@task(retries=3)``, or :func:`retries` under ``@task`` on
+  Django 6.0; default ``OPTIONS["retries"]``, 0).
   A task may therefore run more than once; its result is recorded once.
 * ``run_after`` is a durable timer; ``priority`` is the run's priority.
 * Arguments and return values are JSON, as Django's Tasks framework requires.
@@ -25,8 +26,9 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.utils.module_loading import import_string
 
@@ -52,6 +54,8 @@ TaskResult: Any = _base.TaskResult
 TaskResultStatus: Any = _base.TaskResultStatus
 TaskResultDoesNotExist: Any = _exceptions.TaskResultDoesNotExist
 
+_F = TypeVar("_F")
+
 WORKFLOW = "django.task"
 DEFAULT_QUEUE = "default"
 # Back-off between attempts of a task that raised: 1 s, 2 s, 4 s... at most a minute.
@@ -63,6 +67,29 @@ class DurableTask(Task):  # type: ignore[misc]
     """A Django task with a retry count: ``@task(retries=3)`` (None: the backend's default)."""
 
     retries: int | None = None
+
+
+def retries(count: int) -> Callable[[_F], _F]:
+    """Give a task function its retry count, under ``@task``: works on every Django version.
+
+    ``@task(retries=3)`` says the same where Django's ``task()`` passes options on
+    to the backend's task class (Django 6.1, the backport); Django 6.0's does not.
+    """
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise InvalidInput(f"retries must be a non-negative integer, got {count!r}")
+
+    def mark(fn: _F) -> _F:
+        setattr(fn, "__durable_retries__", count)  # noqa: B010 - a marker read by the backend
+        return fn
+
+    return mark
+
+
+def _retries_of(task: Any, default: int) -> int:
+    declared = getattr(task, "retries", None)
+    if declared is None:
+        declared = getattr(task.func, "__durable_retries__", None)
+    return default if declared is None else int(declared)
 
 
 def _step_name(queue: str) -> str:
@@ -141,14 +168,13 @@ class DurableBackend(BaseTaskBackend):  # type: ignore[misc]
         """
         self.validate_task(task)
         result_id = uuid.uuid4().hex
-        retries = getattr(task, "retries", None)
         data = {
             "task": task.module_path,
             "args": list(args),
             "kwargs": dict(kwargs),
             "takes_context": task.takes_context,
             "queue": task.queue_name,
-            "retries": self.default_retries if retries is None else retries,
+            "retries": _retries_of(task, self.default_retries),
             "run_after": task.run_after.isoformat() if task.run_after is not None else None,
         }
         _register_queue(task.queue_name)

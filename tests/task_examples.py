@@ -17,6 +17,8 @@ try:
 except ImportError:  # Django 5.2: the backport
     from django_tasks import task  # type: ignore[no-redef]
 
+from durable.tasks_backend import retries
+
 # Attempt numbers seen by context-taking tasks, and executions of flaky ones.
 SEEN: list[int] = []
 
@@ -41,7 +43,8 @@ class Flaky(Exception):
     """Raised by :func:`flaky` until its file holds ``succeed_after`` lines."""
 
 
-@task(retries=2)
+@task
+@retries(2)
 def flaky(marker: str, succeed_after: int) -> str:
     path = Path(marker)
     with path.open("a") as f:
@@ -68,3 +71,8 @@ def blocking(log: str, release: str) -> str:
     while not Path(release).exists() and time.monotonic() < deadline:
         time.sleep(0.01)
     return "released"
+
+
+def double(x: int) -> int:
+    """Not a task here: tests/test_tasks_backend.py makes one of it with ``task(retries=...)``."""
+    return 2 * x

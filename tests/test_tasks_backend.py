@@ -123,3 +123,22 @@ def _plain_workflow() -> str:
         return data
 
     return "tasks_backend_plain"
+
+
+def test_the_retries_option_of_task_where_django_passes_it_on() -> None:
+    import django
+
+    try:
+        from django.tasks import task
+    except ImportError:
+        from django_tasks import task  # type: ignore[no-redef]
+    from durable.tasks_backend import _retries_of
+
+    if django.VERSION[:2] == (6, 0):
+        # Django 6.0's task() takes no backend options: durable.tasks_backend.retries() is the way there.
+        with pytest.raises(TypeError):
+            task(retries=1)(ex.double)
+        return
+    assert _retries_of(task(retries=4)(ex.double), 0) == 4
+    assert _retries_of(task(ex.double), 2) == 2  # no option: the backend's default
+    assert _retries_of(ex.flaky, 0) == 2  # @retries(2) under @task

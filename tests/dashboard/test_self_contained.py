@@ -86,6 +86,7 @@ def test_unknown_options_and_every_problem_at_once() -> None:
     assert any("THROTLE_RATE" in m.msg for m in found)
 
 
+@pytest.mark.django_db
 def test_manage_py_check_reports_a_removed_middleware() -> None:
     without = [m for m in settings.MIDDLEWARE if "MessageMiddleware" not in m]
     with override_settings(MIDDLEWARE=without), pytest.raises(SystemCheckError, match=r"durable_dashboard\.E003"):
