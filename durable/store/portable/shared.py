@@ -73,7 +73,11 @@ class StoreBase:
     def _lock_event(self, name: str) -> None:
         """Serialise publishers and waiters of one event name until the transaction ends.
 
-        Nothing to do where the database serialises all writers (SQLite).
+        Nothing to do where the database serialises all writers (SQLite). The
+        ORM has no lock on a name: on a database that takes several writers,
+        a publish racing a waiter's registration can miss it, and the run is
+        then woken by its reconcile wake (``RECONCILE_AFTER``), not lost.
+        PostgreSQL's store takes an advisory lock.
         """
 
     def _wake_waiters(self, tokens: list[str], now: datetime) -> list[str]:
