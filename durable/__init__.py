@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from durable.decorators import step, workflow
 from durable.engine.context import Call, ChildCall, WorkflowContext, call, child_call
 from durable.engine.durations import parse_duration
-from durable.engine.registry import step, workflow
 from durable.engine.retry import Backoff
 from durable.exceptions import (
     ChildFailed,

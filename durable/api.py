@@ -18,14 +18,12 @@ from typing import Any
 
 from django.db import transaction
 
-from durable import conf
-from durable.engine import clock
+from durable import conf, runtime
 from durable.engine.current_step import StepInfo
 from durable.engine.current_step import current_step as _current_step
 from durable.engine.current_step import heartbeat as _heartbeat
 from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.ports import RunRecord
-from durable.engine.registry import registry, resolve_workflow
 from durable.engine.serialization import to_json
 from durable.exceptions import InvalidInput, InvalidRunState, RunNotFound, WorkflowNotFound
 from durable.models import TERMINAL
@@ -131,7 +129,7 @@ def start(
     dispatched once the surrounding transaction (if any) commits.
     """
     settings = conf.get()
-    wf = resolve_workflow(workflow)
+    wf = get_engine().registry.resolve_workflow(workflow)
     run_id = _check_id(run_id) if run_id is not None else uuid.uuid4().hex
     namespace = _check_name(namespace, "namespace") if namespace is not None else settings.default_namespace
     tags = _check_tags(tags)
@@ -147,7 +145,7 @@ def start(
         wf,
         run_id,
         value,
-        now=clock.now(),
+        now=runtime.now(),
         namespace=namespace,
         tags=tags,
         search_attributes=search_attributes,
@@ -178,7 +176,7 @@ def _create(fields: dict[str, Any]) -> bool:
         if created:
             engine.transport.dispatch_turn(run_id)
         return created
-    now = clock.now()
+    now = runtime.now()
     run = store.create_leased_run(fields, engine.owner, now, now + timedelta(seconds=engine.settings.lease))
     if run is not None:
         engine.transport.run_leased(run)
@@ -215,7 +213,7 @@ def signal(run_id: str, name: str, payload: Any = None) -> None:
         raise InvalidInput(f"signal names starting with '__' are reserved, got {name!r}")
     payload = to_json(payload, f"payload of signal {name!r}", max_bytes=conf.get().max_payload_bytes)
     with transaction.atomic():
-        woke = store.signal(run_id, name, payload, clock.now())
+        woke = store.signal(run_id, name, payload, runtime.now())
         if woke:
             engine = get_engine()
             transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
@@ -234,7 +232,7 @@ def cancel(run_id: str, *, compensate: bool = False) -> bool:
     if not isinstance(compensate, bool):
         raise InvalidInput(f"compensate must be a boolean, got {compensate!r}")
     with transaction.atomic():
-        done, woken = store.cancel(run_id, clock.now(), compensate)
+        done, woken = store.cancel(run_id, runtime.now(), compensate)
         _dispatch_after_commit(woken)
     return done
 
@@ -275,10 +273,10 @@ def requeue(run_id: str) -> None:
     rec = store.get_run(run_id)
     if rec is None:
         raise RunNotFound(f"no run with id {run_id!r}")
-    now = clock.now()
+    now = runtime.now()
     deadline = None
     try:
-        wf = registry.get_workflow(rec.workflow, rec.version)
+        wf = get_engine().registry.get_workflow(rec.workflow, rec.version)
         deadline = now + timedelta(seconds=wf.timeout) if wf.timeout else None
     except WorkflowNotFound:
         pass  # it will be parked as blocked until its code is deployed
@@ -294,7 +292,7 @@ def redispatch_pending(run_id: str) -> int:
     """
     _check_id(run_id)
     engine = get_engine()
-    now = clock.now()
+    now = runtime.now()
     redelivery = timedelta(seconds=engine.settings.step_lease or engine.settings.reconcile_after)
     with transaction.atomic():
         rows = store.pending_steps(run_id, now, now + redelivery)
@@ -320,7 +318,7 @@ def retry_with_input(run_id: str, input: Any) -> str:
         raise RunNotFound(f"no run with id {run_id!r}")
     if origin.status not in ("failed", "dead"):
         raise InvalidRunState(f"run {run_id!r} is {origin.status}; only failed or dead runs can be retried")
-    wf = registry.get_workflow(origin.workflow)
+    wf = get_engine().registry.get_workflow(origin.workflow)
     value = clean_input(wf, input, conf.get().max_payload_bytes)
     new_id = f"{run_id[:230]}~retry~{uuid.uuid4().hex[:12]}"
     _create(
@@ -328,7 +326,7 @@ def retry_with_input(run_id: str, input: Any) -> str:
             wf,
             new_id,
             value,
-            now=clock.now(),
+            now=runtime.now(),
             namespace=origin.namespace,
             tags=list(origin.tags),
             search_attributes=dict(origin.search_attributes),

@@ -18,10 +18,12 @@ import threading
 import time
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
-from durable.engine import clock
-from durable.engine.registry import registry
+from durable.engine.clock import Clock
+from durable.engine.core import AnyFleet as AnyFleet
+from durable.engine.core import Fleet as Fleet
+from durable.engine.registry import Registry
 
 logger = logging.getLogger("durable.fleet")
 
@@ -30,25 +32,13 @@ PROTOCOL_VERSION = 1
 CACHE_SECONDS = 5.0
 
 
-class Fleet(Protocol):
-    def can_serve(self, step: str, queue: str | None) -> bool: ...
-    def subscribers(self, event: str) -> list[str]: ...
-
-
-class AnyFleet:
-    """Every step can be served (in-process execution has the whole registry)."""
-
-    def can_serve(self, step: str, queue: str | None) -> bool:
-        return True
-
-    def subscribers(self, event: str) -> list[str]:
-        return []
-
-
 class DbFleet:
-    def __init__(self, store: Any, ttl: float, default_queue: str = "durable") -> None:
+    """The fleet as advertised in the database: live workers' descriptors, cached briefly."""
+
+    def __init__(self, store: Any, ttl: float, clock: Clock, default_queue: str = "durable") -> None:
         self._store = store
         self._ttl = ttl
+        self._clock = clock
         self._default_queue = default_queue
         self._ok: dict[tuple[str, str], float] = {}
         self._subs: dict[str, set[str]] = {}
@@ -59,7 +49,7 @@ class DbFleet:
         key = (step, queue)
         if self._ok.get(key, 0.0) > time.monotonic():
             return True
-        for worker in self._store.live_workers(clock.now()):
+        for worker in self._store.live_workers(self._clock.now()):
             if queue in worker["queues"] and step in worker["steps"]:
                 self._ok[key] = time.monotonic() + CACHE_SECONDS
                 return True
@@ -69,7 +59,7 @@ class DbFleet:
         """Workflows that live workers announce as subscribers of lifecycle ``event``."""
         if self._subs_until < time.monotonic():
             subs: dict[str, set[str]] = {}
-            for worker in self._store.live_workers(clock.now()):
+            for worker in self._store.live_workers(self._clock.now()):
                 for name, wfs in (worker["capabilities"] or {}).get("subscriptions", {}).items():
                     subs.setdefault(name, set()).update(wfs)
             self._subs = subs
@@ -77,7 +67,10 @@ class DbFleet:
         return sorted(self._subs.get(event, ()))
 
 
-def descriptor(worker_id: str, queues: Iterable[str], capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+def descriptor(
+    worker_id: str, queues: Iterable[str], capabilities: dict[str, Any] | None = None, *, registry: Registry
+) -> dict[str, Any]:
+    """What a worker advertises: where it runs, the queues it consumes, the definitions in its ``registry``."""
     return {
         "id": worker_id,
         "hostname": socket.gethostname(),
@@ -85,12 +78,12 @@ def descriptor(worker_id: str, queues: Iterable[str], capabilities: dict[str, An
         "queues": sorted(set(queues)),
         "steps": sorted(s.name for s in registry.steps()),
         "workflows": sorted(f"{w.name}:{w.version}" for w in registry.workflows()),
-        "capabilities": {**(capabilities or {}), "subscriptions": _subscriptions()},
+        "capabilities": {**(capabilities or {}), "subscriptions": _subscriptions(registry)},
         "protocol": PROTOCOL_VERSION,
     }
 
 
-def _subscriptions() -> dict[str, list[str]]:
+def _subscriptions(registry: Registry) -> dict[str, list[str]]:
     """Lifecycle events (``run.<ending>:<workflow>``) → the workflows here that subscribe."""
     subs: dict[str, list[str]] = {}
     for wf in registry.workflows():
@@ -103,8 +96,12 @@ def _subscriptions() -> dict[str, list[str]]:
 class Advertiser:
     """Keeps this process's descriptor alive until :meth:`stop`."""
 
-    def __init__(self, store: Any, worker_id: str, queues: Iterable[str], ttl: float) -> None:
+    def __init__(
+        self, store: Any, worker_id: str, queues: Iterable[str], ttl: float, *, registry: Registry, clock: Clock
+    ) -> None:
         self._store = store
+        self._registry = registry
+        self._clock = clock
         self._worker_id = worker_id
         self._queues = list(queues)
         self._ttl = ttl
@@ -112,20 +109,23 @@ class Advertiser:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
-        now = clock.now()
-        self._store.advertise(descriptor(self._worker_id, self._queues), now, now + timedelta(seconds=self._ttl))
+        now = self._clock.now()
+        self._store.advertise(self._descriptor(), now, now + timedelta(seconds=self._ttl))
         self._thread = threading.Thread(target=self._beat, name="durable-fleet", daemon=True)
         self._thread.start()
+
+    def _descriptor(self) -> dict[str, Any]:
+        return descriptor(self._worker_id, self._queues, registry=self._registry)
 
     def _beat(self) -> None:
         from django.db import connection
 
         while not self._stop.wait(self._ttl / 3):
             try:
-                now = clock.now()
+                now = self._clock.now()
                 expires = now + timedelta(seconds=self._ttl)
                 if not self._store.refresh_worker(self._worker_id, now, expires):
-                    self._store.advertise(descriptor(self._worker_id, self._queues), now, expires)
+                    self._store.advertise(self._descriptor(), now, expires)
             except Exception:
                 logger.warning("fleet heartbeat failed", exc_info=True)
             finally:

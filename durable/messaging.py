@@ -15,11 +15,10 @@ from typing import Any
 
 from django.db import transaction
 
-from durable import conf
+from durable import conf, runtime
 from durable.api import RunInfo, _check_id, _check_name, _create, _dispatch_after_commit
-from durable.engine import clock, lifecycle
+from durable.engine import lifecycle
 from durable.engine.new_runs import clean_input, run_fields
-from durable.engine.registry import registry
 from durable.engine.serialization import to_json
 from durable.engine.vocab import UPDATE_TOKEN
 from durable.exceptions import (
@@ -78,13 +77,13 @@ def publish_event(name: str, payload: Any = None, *, id: str | None = None) -> E
     event_id = _check_id(id, "event id") if id is not None else uuid.uuid4().hex
     settings = conf.get()
     payload = to_json(payload, f"payload of event {name!r}", max_bytes=settings.max_payload_bytes)
-    now = clock.now()
+    now = runtime.now()
     started: list[str] = []
     refused: dict[str, str] = {}
     with transaction.atomic():
         outcome = store.publish_event(name, payload, event_id, now)
         if not outcome["duplicate"]:
-            for wf in registry.subscribers(name):
+            for wf in get_engine().registry.subscribers(name):
                 run_id = f"{event_id[:200]}:{wf.name}"
                 try:
                     value = clean_input(wf, payload, settings.max_payload_bytes)
@@ -124,7 +123,7 @@ def update(run_id: str, name: str, arg: Any = None) -> UpdateResult:
     if rec.status in TERMINAL:
         return UpdateResult(False, f"run {run_id!r} is {rec.status}")
     try:
-        wf = registry.get_workflow(rec.workflow, rec.version)
+        wf = get_engine().registry.get_workflow(rec.workflow, rec.version)
     except WorkflowNotFound as exc:
         return UpdateResult(False, str(exc))
     if name not in wf.updates:
@@ -144,7 +143,7 @@ def update(run_id: str, name: str, arg: Any = None) -> UpdateResult:
         return UpdateResult(False, str(exc))
     try:
         with transaction.atomic():
-            if store.signal(run_id, UPDATE_TOKEN + name, value, clock.now()):
+            if store.signal(run_id, UPDATE_TOKEN + name, value, runtime.now()):
                 _dispatch_after_commit([run_id])
     except InvalidRunState as exc:
         return UpdateResult(False, str(exc))

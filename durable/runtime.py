@@ -23,19 +23,15 @@ import threading
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from django.core.signals import setting_changed
-
-from durable import conf
-from durable.engine import clock as engine_clock
 from durable.engine.clock import Clock, SystemClock
 from durable.engine.core import Engine, Fleet, make_owner_id
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
 from durable.engine.registry import Registry
-from durable.engine.registry import registry as _engine_registry
 from durable.transports import build
 
 if TYPE_CHECKING:
+    from durable import conf
     from durable.fleet import Advertiser
     from durable.worker.loop import WorkerLoop
 
@@ -51,8 +47,8 @@ _embedded: WorkerLoop | None = None
 _embedded_lock = threading.Lock()
 _advertiser: Advertiser | None = None
 
-#: The registry ``@durable.workflow`` and ``@durable.step`` register into.
-registry: Registry = _engine_registry
+#: The registry ``@durable.workflow`` and ``@durable.step`` register into; the engine reads it.
+registry = Registry()
 
 
 # -- settings -------------------------------------------------------------------------
@@ -63,28 +59,36 @@ def settings() -> conf.DurableSettings:
     global _settings
     current = _settings
     if current is None:
+        # Django is imported on first use, not with this module: ``import durable`` (the
+        # decorators register here) stays free of Django for the engine's own tests.
+        from django.core.signals import setting_changed
+
+        from durable import conf
+
+        setting_changed.connect(_settings_changed, dispatch_uid="durable.runtime.settings")
         current = _settings = conf.parse_django_settings()
     return current
 
 
 def _settings_changed(*, setting: str, **_: Any) -> None:
     global _settings
+    from durable import conf
+
     if setting in conf.WATCHED_SETTINGS:
         _settings = None
-
-
-setting_changed.connect(_settings_changed)
 
 
 # -- clock ----------------------------------------------------------------------------
 
 
 def install_clock(clock: Clock) -> Clock:
-    """Make ``clock`` the process-wide clock; return the previous one to restore later."""
+    """Make ``clock`` the process-wide clock; return the previous one to restore later.
+
+    Engines built here read time through :data:`clock`, which follows installs,
+    so a fake clock takes effect at once without rebuilding anything.
+    """
     global _clock
     previous, _clock = _clock, clock
-    # The engine's code reads the module clock until it reads ``engine.clock``.
-    engine_clock.install(clock)
     return previous
 
 
@@ -100,6 +104,17 @@ def current_clock() -> Clock:
 def is_fake() -> bool:
     """True while a clock other than the system clock is installed (a test's fake clock)."""
     return not isinstance(_clock, SystemClock)
+
+
+class _InstalledClock:
+    """The clock engines get: reads whichever clock is installed (see :func:`install_clock`)."""
+
+    def now(self) -> datetime:
+        return _clock.now()
+
+
+#: A clock that follows :func:`install_clock`; passed to every engine built here.
+clock: Clock = _InstalledClock()
 
 
 # -- fork -----------------------------------------------------------------------------
@@ -164,6 +179,7 @@ def _build_engine(current: conf.DurableSettings) -> Engine:
         build(current.transport, get_engine, current.worker_threads),
         current,
         registry=registry,
+        clock=clock,
         owner=_owner,
         keeper=_keeper,
         fleet=_fleet(current, store),
@@ -191,7 +207,7 @@ def _fleet(current: conf.DurableSettings, store: object) -> Fleet:
     from durable.fleet import AnyFleet, DbFleet
 
     if current.transport == "celery" and current.fleet_check:
-        return DbFleet(store, current.fleet_ttl)
+        return DbFleet(store, current.fleet_ttl, clock)
     return AnyFleet()
 
 
@@ -220,7 +236,9 @@ def start_advertising(queues: list[str]) -> None:
     from durable.fleet import Advertiser
 
     engine = get_engine()
-    _advertiser = Advertiser(engine.store, engine.owner, queues, engine.settings.fleet_ttl)
+    _advertiser = Advertiser(
+        engine.store, engine.owner, queues, engine.settings.fleet_ttl, registry=engine.registry, clock=engine.clock
+    )
     _advertiser.start()
 
 

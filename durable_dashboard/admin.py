@@ -22,7 +22,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, format_html_join
 
-from durable.engine import clock
+from durable import runtime
 from durable.exceptions import DurableError
 from durable.models import ACTIVE, TERMINAL, Run, RunStatus
 from durable_dashboard import conf, operations, summary, timeline
@@ -115,8 +115,7 @@ def report(request: HttpRequest, action: str, outcomes: list[operations.Outcome]
 def lifecycle_context(run: Run, visible: QuerySet[Run]) -> dict[str, Any]:
     """What a run's lifecycle event did and still owes, and who starts whom for its workflow."""
     from durable.engine import lifecycle
-    from durable.engine.registry import registry
-    from durable.runtime import get_engine
+    from durable.runtime import get_engine, registry
 
     record = run.lifecycle if isinstance(run.lifecycle, dict) else {}
     started = record.get("started", {})
@@ -217,7 +216,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
     def duration_col(self, run: Run) -> str:
         if not run.started_at:
             return ""
-        return timeline.human((run.finished_at or clock.now()) - run.started_at)
+        return timeline.human((run.finished_at or runtime.now()) - run.started_at)
 
     # -- urls ---------------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
@@ -260,7 +259,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         continued_from = (
             visible.filter(id__in=previous_in_chain(run.id), continued_to=run.id).only(*LIST_FIELDS).first()
         )
-        now = clock.now()
+        now = runtime.now()
         error = run.error if isinstance(run.error, dict) else None
         actions = []
         for action in ADMIN_ACTIONS:
@@ -352,7 +351,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         window = request.GET.get("window", "24h")
         allowed = allowed_namespaces(request.user)
         scope = "all" if allowed is None else ",".join(sorted(allowed))
-        data = summary.cached(visible_runs(request.user), window, clock.now(), scope)
+        data = summary.cached(visible_runs(request.user), window, runtime.now(), scope)
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,

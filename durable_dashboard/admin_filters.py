@@ -17,8 +17,8 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 
-from durable.engine.registry import registry
 from durable.models import RUN_STATUS_CHOICES, Run
+from durable.runtime import registry
 from durable_dashboard.filters import storable, to_utc, with_tag
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from durable import conf as durable_conf
-from durable.engine.registry import registry
 from durable.models import Checkpoint, Run
+from durable.runtime import registry
 from durable_dashboard import operations
 from durable_dashboard import serializers as s
 from durable_dashboard.api_base import JSONEndpoint, documented

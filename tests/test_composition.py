@@ -11,9 +11,9 @@ import pytest
 from django.contrib.auth.models import Group
 
 import durable
-from durable.engine import clock
-from durable.engine.registry import registry
+from durable import runtime
 from durable.models import BufferedEvent, Checkpoint, Run, SignalWaiter
+from durable.runtime import registry
 from durable.testing import drive, fake_clock, run_until_settled
 from tests.timing import settle_advancing
 
@@ -247,7 +247,7 @@ def test_parent_is_woken_by_its_child_not_by_polling():
         assert list(SignalWaiter.objects.filter(run_id="pw").values_list("name", flat=True)) == ["__run__:pw.child.1"]
         fc.advance("1h")
         drive()  # the child wakes, completes, and wakes its parent (due now, not at the reconcile)
-        assert Run.objects.get(id="pw").wake_at <= clock.now()
+        assert Run.objects.get(id="pw").wake_at <= runtime.now()
         run = run_until_settled(parent)
     assert run.output == [50]
 
@@ -571,7 +571,7 @@ def test_bad_event_and_update_input():
     with pytest.raises(durable.InvalidRunState):
         durable.signal(run_until_settled(durable.start("t_noinput")).id, "x")
     assert not BufferedEvent.objects.exists()
-    assert clock.now() - timedelta(seconds=1) < clock.now()
+    assert runtime.now() - timedelta(seconds=1) < runtime.now()
 
 
 @durable.step

@@ -32,7 +32,7 @@ from django.db.models import Count
 from django.test import override_settings
 
 import durable
-from durable.engine import clock as engine_clock
+from durable import runtime
 from durable.models import BufferedEvent, Checkpoint, Run, RunStatus, SignalWaiter
 from durable.runtime import get_engine
 from durable.store import store
@@ -248,7 +248,7 @@ def assert_orphaned(run_id: str) -> Run:
     """The crash left the run ``running`` under our lease, which nobody renews."""
     row = Run.objects.get(id=run_id)
     assert row.status == RunStatus.RUNNING and row.locked_by == get_engine().owner
-    assert row.locked_until is not None and row.locked_until > engine_clock.now()
+    assert row.locked_until is not None and row.locked_until > runtime.now()
     return row
 
 
@@ -474,7 +474,7 @@ def _dead_worker_claims_refund(monkeypatch: pytest.MonkeyPatch, run_id: str) -> 
     def dispatch_step(self, rid, seq, queue, *, delay=0.0):
         cp = Checkpoint.objects.get(run_id=rid, seq=seq)
         if rid == run_id and cp.name == "cfx_refund" and not claimed:
-            now = engine_clock.now()
+            now = runtime.now()
             lease = timedelta(seconds=get_engine().settings.step_execution_lease)
             claim = store.claim_step(rid, seq, "dead-worker", now, now + lease)
             assert claim is not None and claim.attempt == 1
@@ -856,7 +856,7 @@ def test_crash_between_fan_out_dispatch_and_results_runs_each_step_once(monkeypa
                 engine.execute_step(run_id, 1)
             assert_orphaned(run_id)
             # ...and step 2's worker claims it and dies before running it.
-            now = engine_clock.now()
+            now = runtime.now()
             lease = timedelta(seconds=engine.settings.step_execution_lease)
             assert store.claim_step(run_id, 2, "dead-worker", now, now + lease) is not None
             clock.advance(engine.settings.step_execution_lease + 1)

@@ -11,10 +11,9 @@ from django.core.management import call_command
 from django.db import transaction
 
 import durable
-from durable.engine import clock
-from durable.engine.registry import registry
+from durable import runtime
 from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
-from durable.runtime import get_engine
+from durable.runtime import get_engine, registry
 from durable.testing import drive, fake_clock, run_until_settled
 from tests.timing import settle_advancing
 
@@ -342,7 +341,7 @@ def test_local_step_retry_delay_is_a_durable_timer():
         run = run_until_settled(run_id)
         assert run.status == "suspended" and calls["flaky"] == 1
         assert run.wake_at == Checkpoint.objects.get(run_id=run_id, seq=1).wake_at
-        assert (run.wake_at - clock.now()) == timedelta(seconds=10)
+        assert (run.wake_at - runtime.now()) == timedelta(seconds=10)
         fc.advance("9s")
         assert run_until_settled(run_id).status == "suspended" and calls["flaky"] == 1
         fc.advance("1s")
@@ -365,7 +364,7 @@ def test_dispatched_retry_deadline_lives_on_the_checkpoint():
         run_until_settled(run_id)
         cp = Checkpoint.objects.get(run_id=run_id, seq=1)
         assert (cp.status, cp.attempts, cp.error["type"]) == ("pending", 1, "TimeoutError")
-        assert cp.wake_at == clock.now() + timedelta(seconds=30)
+        assert cp.wake_at == runtime.now() + timedelta(seconds=30)
         fc.advance("29s")
         drive()
         assert calls["e_fails_once"] == 1
@@ -395,7 +394,7 @@ def test_sleep_waits_for_its_due_time():
         run_id = durable.start(e_sleeper)
         run = run_until_settled(run_id)
         assert run.status == "suspended"
-        assert run.wake_at == clock.now() + timedelta(days=1)
+        assert run.wake_at == runtime.now() + timedelta(days=1)
         fc.advance("23h59m")
         assert run_until_settled(run_id).status == "suspended"
         fc.advance("1m")
@@ -404,14 +403,14 @@ def test_sleep_waits_for_its_due_time():
 
 
 def test_sleep_until_in_the_past_does_not_suspend():
-    past = (clock.now() - timedelta(hours=1)).isoformat()
+    past = (runtime.now() - timedelta(hours=1)).isoformat()
     run_id = durable.start(e_sleep_until, past)
     drive()
     assert durable.get_run(run_id).status == "completed"
 
 
 def test_sleep_until_waits_in_real_time():
-    soon = (clock.now() + timedelta(milliseconds=300)).isoformat()
+    soon = (runtime.now() + timedelta(milliseconds=300)).isoformat()
     run = run_until_settled(durable.start(e_sleep_until, soon), timeout=60)
     assert run.status == "completed"
 
@@ -466,9 +465,9 @@ def test_signal_wait_times_out():
     with fake_clock() as fc:
         run_id = durable.start(e_signal_timeout)
         run = run_until_settled(run_id)
-        assert Checkpoint.objects.get(run_id=run_id, seq=1).wake_at == clock.now() + timedelta(hours=1)
+        assert Checkpoint.objects.get(run_id=run_id, seq=1).wake_at == runtime.now() + timedelta(hours=1)
         # The run itself is looked at again sooner: the reconcile fallback.
-        assert run.wake_at == clock.now() + timedelta(minutes=5)
+        assert run.wake_at == runtime.now() + timedelta(minutes=5)
         fc.advance("1h")
         run = run_until_settled(run_id)
     assert run.status == "completed" and run.output == "timed out"
@@ -500,7 +499,7 @@ def _orphan(run_id: str, attempts: int = 0) -> None:
     Run.objects.filter(id=run_id).update(
         status="running",
         locked_by="dead-worker",
-        locked_until=clock.now() - timedelta(seconds=1),
+        locked_until=runtime.now() - timedelta(seconds=1),
         recovery_attempts=attempts,
     )
 
@@ -517,7 +516,7 @@ def test_orphan_is_recovered_and_counted():
 def test_live_lease_is_not_an_orphan():
     run_id = durable.start(e_replay, {"x": 1})
     Run.objects.filter(id=run_id).update(
-        status="running", locked_by="live-worker", locked_until=clock.now() + timedelta(seconds=30)
+        status="running", locked_by="live-worker", locked_until=runtime.now() + timedelta(seconds=30)
     )
     drive()
     assert durable.get_run(run_id).status == "running"

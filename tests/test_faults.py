@@ -34,9 +34,8 @@ from django.db.models.query import QuerySet
 from django.test import override_settings
 
 import durable
-from durable import conf
+from durable import conf, runtime
 from durable import worker as sweeps
-from durable.engine import clock as engine_clock
 from durable.engine.core import Engine
 from durable.engine.leases import LeaseKeeper
 from durable.models import BufferedSignal, Checkpoint, Run, RunStatus, SignalWaiter
@@ -88,7 +87,15 @@ def assert_one_checkpoint_per_seq(run_id: str, count: int) -> None:
 
 def sweeper(i: int) -> Engine:
     """An engine with its own identity, as another machine running the sweeps would have."""
-    return Engine(store, ManualTransport(), conf.get(), owner=f"sweeper-{i}", keeper=LeaseKeeper())
+    return Engine(
+        store,
+        ManualTransport(),
+        conf.get(),
+        registry=runtime.registry,
+        clock=runtime.clock,
+        owner=f"sweeper-{i}",
+        keeper=LeaseKeeper(),
+    )
 
 
 def crash_mid_turn(run_id: str) -> Run:
@@ -98,7 +105,7 @@ def crash_mid_turn(run_id: str) -> Run:
     row = Run.objects.get(id=run_id)
     assert row.status == RunStatus.RUNNING
     assert row.locked_by == get_engine().owner
-    assert row.locked_until is not None and row.locked_until > engine_clock.now()
+    assert row.locked_until is not None and row.locked_until > runtime.now()
     return row
 
 
@@ -343,7 +350,7 @@ def test_signal_landing_between_wait_check_and_commit_is_not_lost(monkeypatch):
         assert injected[-1] == run_id
         row = Run.objects.get(id=run_id)
         # The commit saw the buffered signal under the row lock and made the run due at once.
-        assert row.wake_at is not None and row.wake_at <= engine_clock.now()
+        assert row.wake_at is not None and row.wake_at <= runtime.now()
         run = run_until_settled(run_id, timeout=SETTLE)
         assert run.status == "completed"
         assert run.output == {"for": run_id}
@@ -428,11 +435,11 @@ def test_timer_survives_a_killed_worker_and_fires_once_on_a_new_one(tmp_path, sp
     sleep_cp = Checkpoint.objects.get(run_id=run_id, kind="sleep")
     assert (row.status, sleep_cp.status) == (RunStatus.SUSPENDED, "pending")
     assert row.wake_at == sleep_cp.wake_at
-    assert row.wake_at > engine_clock.now(), "the worker must die before the timer is due"
+    assert row.wake_at > runtime.now(), "the worker must die before the timer is due"
     assert (fw.executions(log, "before"), fw.executions(log, "after")) == (1, 0)
 
     # The hour passes: the timer falls due (the run's wake and its sleep's, as they were written).
-    due = engine_clock.now() - timedelta(seconds=1)
+    due = runtime.now() - timedelta(seconds=1)
     Run.objects.filter(id=run_id).update(wake_at=due)
     Checkpoint.objects.filter(run_id=run_id, kind="sleep").update(wake_at=due)
     row.refresh_from_db()
@@ -860,7 +867,7 @@ def test_duplicate_delivery_racing_the_step_result_does_not_deadlock(tmp_path):
     engine = get_engine()
     run_id = durable.start(fw.remote_then_local, {"log": str(log), "value": 7}, run_id="claim-vs-result")
     assert engine.run_turn(run_id) == "suspended"
-    now = engine_clock.now()
+    now = runtime.now()
     assert store.claim_step(run_id, 1, "worker-1", now, now + timedelta(minutes=1)) is not None
 
     held, release = threading.Event(), threading.Event()
@@ -888,7 +895,7 @@ def test_duplicate_delivery_racing_the_step_result_does_not_deadlock(tmp_path):
 
     holder = in_thread("hold", hold_checkpoint)
     assert held.wait(SETTLE)
-    result = in_thread("woke", lambda: store.finish_step(run_id, 1, engine_clock.now(), output=14))
+    result = in_thread("woke", lambda: store.finish_step(run_id, 1, runtime.now(), output=14))
     wait_for(lambda: _lock_waiters() >= 1, "the result to block on the checkpoint row", diagnostics=_activity)
     redelivery = in_thread("redelivery", lambda: engine.execute_step(run_id, 1, continue_turn=False))
     wait_for(

@@ -9,8 +9,8 @@ from django.core.management import call_command
 from django.test import override_settings
 
 import durable
+from durable import runtime
 from durable import worker as sweeps
-from durable.engine import clock
 from durable.fleet import descriptor
 from durable.models import Checkpoint
 from durable.runtime import get_engine
@@ -40,8 +40,9 @@ def celery_engine(monkeypatch):
 
 
 def advertise(worker_id: str, queues: list[str], ttl: float = 30) -> None:
-    now = clock.now()
-    get_engine().store.advertise(descriptor(worker_id, queues), now, now + timedelta(seconds=ttl))
+    now = runtime.now()
+    advertised = descriptor(worker_id, queues, registry=runtime.registry)
+    get_engine().store.advertise(advertised, now, now + timedelta(seconds=ttl))
 
 
 def test_step_nobody_serves_parks_the_run_blocked_before_any_pending_write(celery_engine):

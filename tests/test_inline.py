@@ -11,7 +11,7 @@ from django.db import connection
 from django.test import override_settings
 
 import durable
-from durable import conf
+from durable import conf, runtime
 from durable import worker as sweeps
 from durable.engine.core import Engine
 from durable.models import Checkpoint
@@ -92,7 +92,15 @@ def test_lease_is_renewed_while_a_long_turn_runs():
     entered.clear()
     keeper = ManualKeeper()  # beats when the test says, as the real one does every third of the lease
     with fake_clock() as clock:
-        engine = Engine(store, ManualTransport(), conf.get(), owner="long-turn", keeper=keeper)
+        engine = Engine(
+            store,
+            ManualTransport(),
+            conf.get(),
+            registry=runtime.registry,
+            clock=runtime.clock,
+            owner="long-turn",
+            keeper=keeper,
+        )
         run_id = durable.start("i_gated")
 
         def turn() -> None:

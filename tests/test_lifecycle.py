@@ -15,9 +15,8 @@ import durable
 from durable import signals
 from durable import worker as sweeps
 from durable.engine import lifecycle
-from durable.engine.registry import registry
 from durable.models import LifecycleBatch, Run
-from durable.runtime import get_engine
+from durable.runtime import get_engine, registry
 from durable.testing import drive, fake_clock, run_until_settled
 from tests.threads import SETTLE
 

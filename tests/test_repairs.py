@@ -10,8 +10,8 @@ import pytest
 from django.test import override_settings
 
 import durable
+from durable import runtime
 from durable import worker as sweeps
-from durable.engine import clock
 from durable.engine.ports import Transport
 from durable.models import Checkpoint, Run
 from durable.runtime import get_engine
@@ -81,7 +81,7 @@ def p_slow_retry(ctx):
 
 
 def test_step_routes_by_name_prefix_or_queue():
-    from durable.engine.registry import registry
+    from durable.runtime import registry
 
     assert registry.get_step("billing.charge").route == "billing"
     assert registry.get_step("slow_retry").route is None
@@ -110,7 +110,7 @@ def test_requeue_really_reruns_the_failed_step():
 def test_requeue_of_a_dead_run_resets_its_recovery_count():
     run_id = durable.start(p_checkout, {"amount": 1})
     Run.objects.filter(id=run_id).update(
-        status="running", locked_by="gone", locked_until=clock.now() - timedelta(seconds=1), recovery_attempts=5
+        status="running", locked_by="gone", locked_until=runtime.now() - timedelta(seconds=1), recovery_attempts=5
     )
     drive()
     assert durable.get_run(run_id).status == "dead"
@@ -219,11 +219,11 @@ def test_a_claimed_step_is_never_redispatched(recorder):
         with fake_clock() as fc:
             run_id = durable.start(p_checkout, {"amount": 1})
             engine.run_turn(run_id)
-            now = clock.now()
+            now = runtime.now()
             assert engine.store.claim_step(run_id, 2, "busy-worker", now, now + timedelta(seconds=60))
             for _ in range(5):
                 fc.advance("10s")
-                engine.store.heartbeat_step(run_id, 2, clock.now(), None, clock.now() + timedelta(seconds=60))
+                engine.store.heartbeat_step(run_id, 2, runtime.now(), None, runtime.now() + timedelta(seconds=60))
                 sweeps.tick(engine, execute=False)
     assert len(recorder.steps) == 1
     assert Checkpoint.objects.get(run_id=run_id, seq=2).status == "running"
@@ -237,7 +237,7 @@ def test_a_long_retry_delay_is_dispatched_by_the_sweep_when_due(recorder):
         assert engine.execute_step(run_id, 1) == "retrying"
         assert len(recorder.steps) == 1  # the 5-minute delay is not held in the broker
         cp = Checkpoint.objects.get(run_id=run_id, seq=1)
-        assert cp.retry_at == clock.now() + timedelta(minutes=5)
+        assert cp.retry_at == runtime.now() + timedelta(minutes=5)
         assert engine.execute_step(run_id, 1) == "skipped"  # too early
         fc.advance("5m")
         sweeps.tick(engine, execute=False)
@@ -255,7 +255,7 @@ def test_late_result_for_a_cancelled_run_is_ignored(recorder):
     run_id = durable.start(p_checkout, {"amount": 1})
     engine.run_turn(run_id)
     durable.cancel(run_id)
-    assert engine.store.finish_step(run_id, 2, clock.now(), output={"late": True}) is False
+    assert engine.store.finish_step(run_id, 2, runtime.now(), output={"late": True}) is False
     assert Checkpoint.objects.get(run_id=run_id, seq=2).status == "pending"
     assert engine.execute_step(run_id, 2) == "skipped"
     assert calls["charge"] == 0 and durable.get_run(run_id).status == "cancelled"
@@ -266,7 +266,7 @@ def test_late_success_for_a_failed_run_is_kept_but_does_not_resume_it(recorder):
     run_id = durable.start(p_checkout, {"amount": 1})
     engine.run_turn(run_id)
     Run.objects.filter(id=run_id).update(status="failed")
-    assert engine.store.finish_step(run_id, 2, clock.now(), output={"charged": 1}) is False
+    assert engine.store.finish_step(run_id, 2, runtime.now(), output={"charged": 1}) is False
     assert Checkpoint.objects.get(run_id=run_id, seq=2).status == "completed"
     assert durable.get_run(run_id).status == "failed"
     durable.requeue(run_id)
@@ -279,10 +279,10 @@ def test_duplicate_result_writes_once_and_still_redrives_the_resume(recorder):
     engine = get_engine()
     run_id = durable.start(p_checkout, {"amount": 1})
     engine.run_turn(run_id)
-    assert engine.store.finish_step(run_id, 2, clock.now(), output={"charged": 1}) is True
+    assert engine.store.finish_step(run_id, 2, runtime.now(), output={"charged": 1}) is True
     # The resume that should follow is lost; the run is left suspended but due.
-    Run.objects.filter(id=run_id).update(wake_at=clock.now() + timedelta(hours=1))
-    assert engine.store.finish_step(run_id, 2, clock.now(), output={"charged": 999}) is True
+    Run.objects.filter(id=run_id).update(wake_at=runtime.now() + timedelta(hours=1))
+    assert engine.store.finish_step(run_id, 2, runtime.now(), output={"charged": 999}) is True
     assert Checkpoint.objects.filter(run_id=run_id, seq=2).count() == 1
     assert Checkpoint.objects.get(run_id=run_id, seq=2).output == {"charged": 1}
     run = run_until_settled(run_id)

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 
 import durable
-from durable.engine import clock
+from durable import runtime
 from durable.models import Checkpoint
 from durable.runtime import get_engine
 from durable.testing import drive, fake_clock, run_until_settled
@@ -37,7 +37,7 @@ def r_timeout(ctx, which):
 
 def _hang(run_id: str) -> None:
     """Simulate a worker that claimed the step and then hung or died."""
-    now = clock.now()
+    now = runtime.now()
     engine = get_engine()
     claim = engine.store.claim_step(
         run_id, 1, "hung-worker", now, now + timedelta(seconds=60), engine.registry.step_timeout
@@ -81,7 +81,7 @@ def test_step_of_a_vanished_worker_runs_again_under_the_same_id():
     with fake_clock() as fc:
         run_id = durable.start(r_timeout, "t_add")
         drive()
-        now = clock.now()
+        now = runtime.now()
         # t_add has no timeout: only the execution lease can reveal the dead worker.
         claim = get_engine().store.claim_step(run_id, 1, "dead-worker", now, now + timedelta(seconds=60))
         assert claim is not None
@@ -99,11 +99,11 @@ def test_heartbeat_renews_the_execution_lease():
     with fake_clock() as fc:
         run_id = durable.start(r_timeout, "t_add")
         drive()
-        now = clock.now()
+        now = runtime.now()
         store = get_engine().store
         assert store.claim_step(run_id, 1, "slow-worker", now, now + timedelta(seconds=60))
         fc.advance("50s")
-        store.heartbeat_step(run_id, 1, clock.now(), {"pct": 80}, clock.now() + timedelta(seconds=60))
+        store.heartbeat_step(run_id, 1, runtime.now(), {"pct": 80}, runtime.now() + timedelta(seconds=60))
         fc.advance("50s")  # 100s after the claim, 50s after the beat
         drive()
         cp = Checkpoint.objects.get(run_id=run_id, seq=1)

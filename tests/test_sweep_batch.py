@@ -20,9 +20,8 @@ from django.db import connection, connections, transaction
 from django.test import override_settings
 
 import durable
-from durable import conf
+from durable import conf, runtime
 from durable import worker as sweeps
-from durable.engine import clock as engine_clock
 from durable.engine.core import Engine
 from durable.engine.leases import LeaseKeeper
 from durable.models import Run, RunStatus
@@ -63,7 +62,15 @@ def sb_nap(ctx: durable.WorkflowContext) -> str:
 
 def sweeper(i: int) -> Engine:
     """An engine with an identity of its own, as another worker machine has."""
-    return Engine(store, ManualTransport(), conf.get(), owner=f"claimer-{i}", keeper=LeaseKeeper())
+    return Engine(
+        store,
+        ManualTransport(),
+        conf.get(),
+        registry=runtime.registry,
+        clock=runtime.clock,
+        owner=f"claimer-{i}",
+        keeper=LeaseKeeper(),
+    )
 
 
 def asleep(n: int, prefix: str = "sb") -> list[str]:
@@ -76,7 +83,7 @@ def asleep(n: int, prefix: str = "sb") -> list[str]:
 
 
 def claim(owner: str, limit: int) -> list[Any]:
-    now = engine_clock.now()
+    now = runtime.now()
     return store.claim_due_runs(owner, now, now + timedelta(seconds=30), limit)
 
 
@@ -188,7 +195,15 @@ def test_a_store_without_set_wise_claims_takes_each_lease_on_its_own():
         def __getattr__(self, name: str) -> Any:
             return getattr(store, name)
 
-    engine = Engine(OneByOne(), ManualTransport(), conf.get(), owner="plain", keeper=LeaseKeeper())  # type: ignore[arg-type]
+    engine = Engine(
+        OneByOne(),  # type: ignore[arg-type]
+        ManualTransport(),
+        conf.get(),
+        registry=runtime.registry,
+        clock=runtime.clock,
+        owner="plain",
+        keeper=LeaseKeeper(),
+    )
     with fake_clock() as clock:
         ids = asleep(4)
         clock.set(clock.now() + timedelta(hours=2))
@@ -202,9 +217,9 @@ def test_idle_wait_ends_when_the_next_sleeper_wakes():
         assert loop._idle_wait() == 5
         ids = asleep(2)  # due in an hour: the poll interval is sooner
         assert loop._idle_wait() == 5
-        Run.objects.filter(id=ids[0]).update(wake_at=engine_clock.now() + timedelta(seconds=0.5))
+        Run.objects.filter(id=ids[0]).update(wake_at=runtime.now() + timedelta(seconds=0.5))
         assert loop._idle_wait() == pytest.approx(0.5)
-        Run.objects.filter(id=ids[1]).update(wake_at=engine_clock.now() - timedelta(seconds=3))
+        Run.objects.filter(id=ids[1]).update(wake_at=runtime.now() - timedelta(seconds=3))
         assert loop._idle_wait() == 0
 
 
@@ -489,7 +504,7 @@ def test_a_lost_lease_refuses_that_runs_part_of_the_batch_alone(monkeypatch):
 
 
 def _lease() -> tuple[Any, Any]:
-    now = engine_clock.now()
+    now = runtime.now()
     return now, now + timedelta(seconds=30)
 
 
@@ -548,14 +563,22 @@ def sb_short_nap(ctx: durable.WorkflowContext, slow: bool) -> str:
 @pytest.mark.django_db(transaction=True)  # the turns renew their leases on other connections in production
 def test_turns_waiting_for_their_shared_commit_keep_their_leases():
     keeper = ManualKeeper()
-    engine = Engine(store, ManualTransport(), conf.get(), owner="keeps-leases", keeper=keeper)
+    engine = Engine(
+        store,
+        ManualTransport(),
+        conf.get(),
+        registry=runtime.registry,
+        clock=runtime.clock,
+        owner="keeps-leases",
+        keeper=keeper,
+    )
     with fake_clock() as clock:
         _outlast.update(clock=clock, keeper=keeper)
         ids = [durable.start(sb_short_nap, i == 2, run_id=f"keep-{i}") for i in range(3)]
         while drive()["turns"]:
             pass
         clock.advance(0.1)  # the naps are due
-        now = engine_clock.now()
+        now = runtime.now()
         claimed = store.claim_due_runs(engine.owner, now, now + timedelta(seconds=engine.settings.lease), 10)
         claimed.sort(key=lambda run: run.id)  # the slow one last: the first two wait for its turn
         statuses = engine.run_turns([(run, store.load_checkpoints(run.id)) for run in claimed])
@@ -618,7 +641,7 @@ def test_a_failed_shared_statement_leaves_the_other_shapes_committed_and_its_own
         drive()
         clock.set(clock.now() + timedelta(hours=1, seconds=1))
         monkeypatch.setattr(PostgresStore, "_shared_statement", suspends_fail)
-        now = engine_clock.now()
+        now = runtime.now()
         claimed = store.claim_due_runs(get_engine().owner, now, now + timedelta(seconds=30), 10)
         statuses = get_engine().run_turns([(run, store.load_checkpoints(run.id)) for run in claimed])
     assert sorted(statuses) == ["completed"] * 3 + ["suspended"] * 2  # none reported lost

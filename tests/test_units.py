@@ -16,10 +16,11 @@ import durable
 from durable import conf
 from durable.engine.durations import parse_duration
 from durable.engine.leases import LeaseKeeper
-from durable.engine.registry import Registry, WorkflowDef, registry
+from durable.engine.registry import Registry, WorkflowDef
 from durable.engine.retry import Backoff, make_backoff
 from durable.engine.serialization import error_record, to_json
 from durable.exceptions import ConfigurationError, InvalidInput, Suspend
+from durable.runtime import registry
 
 
 @pytest.mark.parametrize(

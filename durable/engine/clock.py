@@ -5,9 +5,8 @@ Every timestamp the engine writes or compares (timers, leases, retry deadlines,
 clock, so a test can install a :class:`FakeClock` and make a week-long sleep
 fall due instantly.
 
-The module-level functions below (:func:`now`, :func:`install`, ...) are the
-process-wide current clock; they are kept here until the runtime module owns
-that state.
+Pure types only: which clock is current in a process (and a clock object that
+follows installs) is process-wide state, kept by :mod:`durable.runtime`.
 """
 
 from __future__ import annotations
@@ -58,32 +57,3 @@ class FakeClock:
             if when < self._now:
                 raise InvalidInput("a fake clock does not go backwards")
             self._now = when
-
-
-_current: Clock = SystemClock()
-
-
-def now() -> datetime:
-    return _current.now()
-
-
-def current() -> Clock:
-    return _current
-
-
-def install(clock: Clock) -> Clock:
-    """Make ``clock`` the process-wide clock; return the previous one to restore later."""
-    global _current
-    previous, _current = _current, clock
-    return previous
-
-
-def is_fake() -> bool:
-    return not isinstance(_current, SystemClock)
-
-
-class InstalledClock:
-    """A clock that reads whichever clock is installed process-wide (follows :func:`install`)."""
-
-    def now(self) -> datetime:
-        return _current.now()

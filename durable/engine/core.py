@@ -15,12 +15,11 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from durable.engine import execution, turn
-from durable.engine.clock import Clock, InstalledClock
+from durable.engine.clock import Clock
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
 from durable.engine.ports import CheckpointRecord, RunRecord, Store, Transport
 from durable.engine.registry import Registry
-from durable.engine.registry import registry as default_registry
 from durable.engine.vocab import StepResult, TurnResult
 
 
@@ -81,8 +80,8 @@ class Engine:
         transport: Transport,
         settings: Any,
         *,
-        registry: Registry | None = None,
-        clock: Clock | None = None,
+        registry: Registry,
+        clock: Clock,
         owner: str | None = None,
         keeper: LeaseKeeper | None = None,
         fleet: Fleet | None = None,
@@ -92,8 +91,8 @@ class Engine:
         self.store = store
         self.transport = transport
         self.settings = settings
-        self.registry = registry if registry is not None else default_registry
-        self.clock: Clock = clock if clock is not None else InstalledClock()
+        self.registry = registry
+        self.clock = clock
         self.owner = owner or make_owner_id()
         self.keeper = keeper or LeaseKeeper()
         self.fleet: Fleet = fleet if fleet is not None else AnyFleet()

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable.engine import clock, lifecycle
+from durable.engine import lifecycle
 from durable.engine.core import Engine
-from durable.engine.registry import registry
 from durable.worker.due import StopCheck, never
 
 
@@ -19,7 +18,7 @@ def publish_lifecycle(engine: Engine, *, should_stop: StopCheck = never) -> dict
     for subscribers registered after they settled and marks those owed.
     """
     store = engine.store
-    now = clock.now()
+    now = engine.clock.now()
     counts = {"published": 0, "batches": 0, "healed": 0}
     for run_id in store.owed_runs(now - lifecycle.SWEEP_GRACE, engine.settings.sweep_batch):
         if should_stop():
@@ -35,9 +34,9 @@ def publish_lifecycle(engine: Engine, *, should_stop: StopCheck = never) -> dict
 
 def heal_lifecycle(engine: Engine, now: Any = None) -> int:
     """Mark recently settled runs owed to subscribers they never recorded, then publish them."""
-    now = now or clock.now()
+    now = now or engine.clock.now()
     sources: dict[str, set[str]] = {}
-    for wf in registry.workflows():
+    for wf in engine.registry.workflows():
         for event in wf.on_event:
             if event.startswith("run.") and ":" in event:
                 sources.setdefault(event.split(":", 1)[1], set()).add(event)

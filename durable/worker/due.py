@@ -15,7 +15,6 @@ from datetime import timedelta
 from functools import partial
 from typing import Any
 
-from durable.engine import clock
 from durable.engine.core import Engine
 from durable.engine.ports import CheckpointRecord, RunRecord
 
@@ -35,7 +34,7 @@ def never() -> bool:
 def run_due_steps(engine: Engine, *, should_stop: StopCheck = never) -> int:
     """Execute pending dispatched steps here (polling deployments and the test kit)."""
     done = 0
-    for run_id, seq, _queue in engine.store.due_steps(clock.now(), engine.settings.sweep_batch):
+    for run_id, seq, _queue in engine.store.due_steps(engine.clock.now(), engine.settings.sweep_batch):
         if should_stop():
             break
         if engine.execute_step(run_id, seq) != "skipped":
@@ -62,7 +61,7 @@ def wake_due_runs(
     """
     if not execute:
         done = 0
-        for run_id in engine.store.due_runs(clock.now(), engine.settings.sweep_batch):
+        for run_id in engine.store.due_runs(engine.clock.now(), engine.settings.sweep_batch):
             if should_stop():
                 break
             engine.transport.dispatch_turn(run_id)
@@ -72,7 +71,7 @@ def wake_due_runs(
     batch = engine.settings.sweep_batch
     started = time.monotonic()
     while not should_stop():
-        now = clock.now()
+        now = engine.clock.now()
         runs = engine.store.claim_due_runs(engine.owner, now, now + timedelta(seconds=engine.settings.lease), batch)
         if runs:
             done += _run_page(engine, runs, should_stop, runner)

@@ -17,7 +17,6 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 
-from durable.engine import clock
 from durable.runtime import get_engine
 from durable.worker.tick import tick
 
@@ -149,7 +148,7 @@ class WorkerLoop:
                 close_old_connections()
         if not isinstance(due, datetime):
             return interval
-        return min(max((due - clock.now()).total_seconds(), 0.0), interval)
+        return min(max((due - engine.clock.now()).total_seconds(), 0.0), interval)
 
 
 def start_embedded() -> WorkerLoop | None:

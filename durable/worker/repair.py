@@ -15,9 +15,8 @@ from __future__ import annotations
 import logging
 from datetime import timedelta
 
-from durable.engine import clock, lifecycle
+from durable.engine import lifecycle
 from durable.engine.core import Engine
-from durable.engine.registry import registry
 from durable.exceptions import StepNotFound, WorkflowNotFound
 from durable.worker.due import StopCheck, never
 
@@ -26,7 +25,7 @@ logger = logging.getLogger("durable.sweeps")
 
 def expire_timeouts(engine: Engine, *, should_stop: StopCheck = never) -> int:
     """Stop runs past their execution timeout (``@workflow(timeout=...)``); they end ``failed``."""
-    now = clock.now()
+    now = engine.clock.now()
     done = 0
     for run_id in engine.store.overdue_runs(now, engine.settings.sweep_batch):
         if should_stop():
@@ -60,7 +59,7 @@ def expire_timeouts(engine: Engine, *, should_stop: StopCheck = never) -> int:
 
 def _notify(engine: Engine, run_id: str) -> None:
     """A run settled outside a turn: wake (and dispatch) the runs waiting on it."""
-    for woken in engine.store.notify_settled(run_id, clock.now()):
+    for woken in engine.store.notify_settled(run_id, engine.clock.now()):
         engine.transport.dispatch_turn(woken)
 
 
@@ -74,11 +73,11 @@ def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCh
     """
     store = engine.store
     counts = {"recovered": 0, "dead": 0}
-    now = clock.now()
+    now = engine.clock.now()
     for run_id in store.orphans(now, engine.settings.sweep_batch):
         if should_stop():
             break
-        now = clock.now()
+        now = engine.clock.now()
         lease_until = now + timedelta(seconds=engine.settings.lease)
         result = store.recover_orphan(
             run_id,
@@ -120,13 +119,13 @@ def recheck_blocked(engine: Engine) -> int:
                 continue
         else:
             try:
-                registry.get_workflow(row["workflow"], row["version"])
+                engine.registry.get_workflow(row["workflow"], row["version"])
             except WorkflowNotFound:
                 continue
         ready.append(row["id"])
     if not ready:
         return 0
-    count = int(engine.store.unblock(ready, clock.now()))
+    count = int(engine.store.unblock(ready, engine.clock.now()))
     for run_id in ready:
         engine.transport.dispatch_turn(run_id)
     return count
@@ -141,7 +140,7 @@ def recover_steps(engine: Engine, *, execute: bool = True, should_stop: StopChec
     step's policy, else the step fails with code ``step_timeout``.
     """
     store = engine.store
-    now = clock.now()
+    now = engine.clock.now()
     done = 0
     for row in store.expired_steps(now, engine.settings.sweep_batch):
         if should_stop():
@@ -156,7 +155,7 @@ def recover_steps(engine: Engine, *, execute: bool = True, should_stop: StopChec
                 "traceback": None,
             }
             try:
-                sd = registry.get_step(row["name"])
+                sd = engine.registry.get_step(row["name"])
                 retry = row["attempts"] <= sd.retries
                 delay = sd.backoff.delay(row["attempts"]) if retry else 0.0
             except StepNotFound:
@@ -194,7 +193,7 @@ def redispatch_lost_steps(engine: Engine, *, should_stop: StopCheck = never) -> 
     store = engine.store
     settings = engine.settings
     counts = {"redispatched": 0, "lost": 0}
-    now = clock.now()
+    now = engine.clock.now()
     for row in store.lost_steps(now, settings.sweep_batch):
         if should_stop():
             break

@@ -18,7 +18,7 @@ from django.db import connections
 from django.utils import timezone
 
 import durable
-from durable import conf
+from durable import conf, runtime
 from durable import worker as sweeps
 from durable.engine.core import Engine
 from durable.models import Checkpoint, Run
@@ -58,7 +58,7 @@ def concurrently(*fns: Callable[[], Any]) -> list[Any]:
 
 def sweeper_engine(owner: str) -> Engine:
     """An engine as a sweeper on another machine would have: its own lease identity."""
-    return Engine(store, CeleryTransport(), conf.get(), owner=owner)
+    return Engine(store, CeleryTransport(), conf.get(), registry=runtime.registry, clock=runtime.clock, owner=owner)
 
 
 def make_orphans(cluster, n: int, *, gate: str | None = None) -> list[str]:

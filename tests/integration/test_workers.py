@@ -134,7 +134,7 @@ def test_duplicate_step_deliveries_keep_one_checkpoint_and_resume_once(cluster, 
       dropped, the first output stays;
     * after the run completed: ignored.
     """
-    from durable.engine import clock
+    from durable import runtime
     from durable.store import store
     from durable.tasks import execute_step
 
@@ -162,7 +162,7 @@ def test_duplicate_step_deliveries_keep_one_checkpoint_and_resume_once(cluster, 
 
     # A second result for step 1, as a worker that ran it twice would report it.
     first = Checkpoint.objects.get(run_id=run, seq=1)
-    woke = store.finish_step(run, 1, clock.now(), output=-1)
+    woke = store.finish_step(run, 1, runtime.now(), output=-1)
     assert woke is True  # the run was waiting: the duplicate re-drives it (it just re-checks)
     assert Checkpoint.objects.get(run_id=run, seq=1).output == first.output == 4
 
@@ -235,12 +235,13 @@ def dead_worker_advertising(queue: str) -> None:
     """
     from datetime import timedelta
 
-    from durable.engine import clock
+    from durable import runtime
     from durable.fleet import descriptor
     from durable.store import store
 
-    now = clock.now()
-    store.advertise(descriptor(f"dead-{queue}-worker", [queue]), now, now + timedelta(seconds=30))
+    now = runtime.now()
+    dead = descriptor(f"dead-{queue}-worker", [queue], registry=runtime.registry)
+    store.advertise(dead, now, now + timedelta(seconds=30))
 
 
 @pytest.mark.durable_settings(STEP_REDISPATCH_MAX=5)

@@ -19,8 +19,8 @@ from durable.engine.clock import FakeClock
 from durable.engine.core import AnyFleet, Engine
 from durable.engine.leases import LeaseKeeper
 from durable.engine.new_runs import run_fields
-from durable.engine.registry import registry
 from durable.engine.vocab import CheckpointKind, CheckpointStatus, RunStatus
+from durable.runtime import registry
 from durable.store.memory import MemoryStore
 from durable.transports.manual import ManualTransport
 

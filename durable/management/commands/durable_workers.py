@@ -6,8 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
-from durable.engine import clock
-from durable.store import store
+from durable.runtime import get_engine
 
 
 class Command(BaseCommand):
@@ -17,8 +16,9 @@ class Command(BaseCommand):
         parser.add_argument("--steps", action="store_true", help="also list every step each worker serves")
 
     def handle(self, *args: Any, steps: bool, **options: Any) -> None:
-        now = clock.now()
-        workers = store.live_workers(now)
+        engine = get_engine()
+        now = engine.clock.now()
+        workers = engine.store.live_workers(now)
         if not workers:
             self.stdout.write("no live workers")
             return
