@@ -223,22 +223,17 @@ def test_a_claimed_page_of_turns_commits_together(engine: Engine, store: MemoryS
 def test_the_sweeps_drive_a_workflow_to_completion_on_the_memory_store(
     engine: Engine, store: MemoryStore, fake: FakeClock
 ) -> None:
-    from durable.engine import clock as process_clock
     from durable.worker import tick
 
-    # The sweeps still read the process-wide clock: make it the engine's for this test.
-    previous = process_clock.install(fake)
-    try:
-        start(store, fake, "m_order", "w1", {"qty": 3})
-        assert tick(engine)["turns"] == 1
-        assert tick(engine)["turns"] == 0  # asleep for an hour
-        fake.advance("1h")
-        assert tick(engine)["turns"] == 1
-        store.signal("w1", "approve", "yes", fake.now())
-        assert tick(engine)["turns"] == 1  # the turn dispatches the step (the manual transport delivers nothing)
-        assert tick(engine)["steps"] == 1  # the step sweep runs it; its result takes the run's last turn at once
-        run = store.get_run("w1")
-        assert (run.status, run.output) == ("completed", {"price": 90, "approval": "yes", "taxed": 99})
-        assert not any(tick(engine).values())
-    finally:
-        process_clock.install(previous)
+    # The sweeps read time through the engine: nothing process-wide to install.
+    start(store, fake, "m_order", "w1", {"qty": 3})
+    assert tick(engine)["turns"] == 1
+    assert tick(engine)["turns"] == 0  # asleep for an hour
+    fake.advance("1h")
+    assert tick(engine)["turns"] == 1
+    store.signal("w1", "approve", "yes", fake.now())
+    assert tick(engine)["turns"] == 1  # the turn dispatches the step (the manual transport delivers nothing)
+    assert tick(engine)["steps"] == 1  # the step sweep runs it; its result takes the run's last turn at once
+    run = store.get_run("w1")
+    assert (run.status, run.output) == ("completed", {"price": 90, "approval": "yes", "taxed": 99})
+    assert not any(tick(engine).values())
