@@ -19,6 +19,8 @@ import pytest
 
 from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, RunRecord, TurnWrites, Waiter
 from durable.engine.vocab import CheckpointKind, CheckpointStatus, RunStatus
+from durable.store import factory
+from durable.store.portable import PortableStore
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 OWNER = "owner-a"
@@ -39,14 +41,7 @@ STORES = [
 
 
 def _database_store(kind: str) -> Any:
-    """The ORM store (``portable``) or the store the factory picks for PostgreSQL (``postgres``)."""
-    try:
-        from durable.store import factory  # type: ignore[attr-defined]
-        from durable.store.portable import PortableStore  # type: ignore[import-not-found]
-    except ImportError:  # before the split: one store that takes PostgreSQL's paths itself
-        from durable.store import DjangoStore
-
-        return DjangoStore()
+    """The ORM store (``portable``, on any database) or the store the factory picks (``postgres``)."""
     if kind == "portable":
         return PortableStore()
     from django.db import connection
