@@ -11,7 +11,7 @@ test asks for, on the *test* database. At teardown every subprocess is killed
 
 Per-test ``DURABLE`` options, for the test process and its workers alike::
 
-    @pytest.mark.durable_settings(STEP_LEASE="1s")
+    @pytest.mark.durable_settings(STEP_REDISPATCH_MAX=5)
 """
 
 from __future__ import annotations
