@@ -257,6 +257,7 @@ def test_a_cancel_with_undo_during_the_turn_makes_the_suspension_due_now(store: 
     result, _outcome = suspend(store, "r1", wake_at=at(300), now=at(2))
     assert written(result)
     assert (store.get_run("r1").wake_at, store.get_run("r1").status) == (at(2), "suspended")
+    assert result.wake_at == at(2)  # the wake as written, on every store
     assert store.acquire("r1", OWNER, at(2), at(32))
     seen = Outcome(RunStatus.SUSPENDED, wake_at=at(300), had_waiters=False, cancel_seen=True)
     assert written(store.commit("r1", OWNER, at(3), at(33), TurnWrites(), seen))

@@ -123,10 +123,7 @@ def _finish(p: Player, run_id: str, owner: str) -> None:
 def _commit(run_id: str) -> Callable[[Any, Any], Any]:
     def norm(store: Any, result: Any) -> Any:
         woken = sorted(r for r in result.woken if store.get_run(r).status == RunStatus.SUSPENDED)
-        # (Under a cancel-with-undo the ORM store reports the wake the turn asked for, not the one
-        # written, which is ``now``; the written one is compared with the run.)
-        undo = result.wake_at is not None and store.get_run(run_id).cancel_requested
-        return result.written, woken, "cancel requested" if undo else result.wake_at
+        return result.written, woken, result.wake_at
 
     return norm
 

@@ -61,9 +61,20 @@ class CommitRows(StoreBase):
                 self._write_run(plan.run, plan.now)
                 cancelled = self._apply(plan)
                 poked = self._settle_waiters(plan)
+                wake = plan.now if poked else self._wake_as_written(plan)
         except LeaseGone:
             return REFUSED
-        return self._committed(plan, cancelled, plan.now if poked else plan.asked_wake, True)
+        return self._committed(plan, cancelled, wake, True)
+
+    @staticmethod
+    def _wake_as_written(plan: CommitPlan) -> datetime | None:
+        """The run's wake as this transaction wrote it: ``now``, not the timer, when a cancel with undo arrived."""
+        if plan.run.cancel_wake is None:
+            return plan.asked_wake
+        written: datetime | None = (
+            Run.objects.filter(id=plan.run.lease.run_id).values_list("wake_at", flat=True).first()
+        )
+        return written
 
     def _committed(
         self, plan: CommitPlan, cancelled: list[str], wake_at: datetime | None, awaited: bool
