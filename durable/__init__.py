@@ -34,7 +34,6 @@ from durable.exceptions import (
 
 if TYPE_CHECKING:
     from durable.api import (
-        RunInfo,
         cancel,
         current_step,
         get_run,
@@ -45,22 +44,23 @@ if TYPE_CHECKING:
         signal,
         start,
     )
-    from durable.listing import RunPage, list_runs
+    from durable.client import Client
+    from durable.listing import list_runs
     from durable.messaging import (
-        EventResult,
-        UpdateResult,
         get_event,
         publish_event,
         republish,
         update,
         wait_for_run,
     )
+    from durable.results import EventResult, RunInfo, RunPage, UpdateResult
 
 __all__ = [
     "Backoff",
     "Call",
     "ChildCall",
     "ChildFailed",
+    "Client",
     "ConfigurationError",
     "DurableError",
     "EventNotSet",
@@ -104,7 +104,8 @@ __all__ = [
 ]
 
 _LAZY = {
-    "RunInfo": "durable.api",
+    "Client": "durable.client",
+    "RunInfo": "durable.results",
     "cancel": "durable.api",
     "current_step": "durable.api",
     "get_run": "durable.api",
@@ -114,10 +115,10 @@ _LAZY = {
     "retry_with_input": "durable.api",
     "signal": "durable.api",
     "start": "durable.api",
-    "RunPage": "durable.listing",
+    "RunPage": "durable.results",
     "list_runs": "durable.listing",
-    "EventResult": "durable.messaging",
-    "UpdateResult": "durable.messaging",
+    "EventResult": "durable.results",
+    "UpdateResult": "durable.results",
     "get_event": "durable.messaging",
     "publish_event": "durable.messaging",
     "update": "durable.messaging",

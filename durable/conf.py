@@ -121,7 +121,8 @@ class DurableSettings:
     prepared_statements: bool
 
 
-def _parse(raw: Any) -> DurableSettings:
+def parse(raw: Any) -> DurableSettings:
+    """Validate a ``DURABLE`` dict (None: all defaults); raises ImproperlyConfigured on a bad value."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
@@ -179,7 +180,7 @@ def _parse(raw: Any) -> DurableSettings:
 
 def parse_django_settings() -> DurableSettings:
     """Parse ``settings.DURABLE`` as it is now; raises ImproperlyConfigured on a bad value."""
-    return _parse(getattr(django_settings, "DURABLE", None))
+    return parse(getattr(django_settings, "DURABLE", None))
 
 
 def get() -> DurableSettings:

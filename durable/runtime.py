@@ -32,12 +32,19 @@ from durable.transports import build
 
 if TYPE_CHECKING:
     from durable import conf
+    from durable.client import Client
     from durable.fleet import Advertiser
+    from durable.store.portable import PortableStore
     from durable.worker.loop import WorkerLoop
 
 _lock = threading.Lock()
+_settings_lock = threading.Lock()
 _settings: conf.DurableSettings | None = None
 _engine: Engine | None = None
+_client: Client | None = None
+# The store chosen for each connection vendor (see durable.store.factory), kept for the process:
+# a PostgreSQL store holds its own preparing cursors and column casts.
+_stores: dict[str, PortableStore] = {}
 _owner = make_owner_id()
 _keeper: LeaseKeeper | None = None
 # Step routes this process's Celery worker consumes (kept across fork: the pool inherits them).
@@ -55,19 +62,26 @@ registry = Registry()
 
 
 def settings() -> conf.DurableSettings:
-    """The validated ``settings.DURABLE``, parsed once and again after each change of it."""
+    """The validated ``settings.DURABLE``, parsed once and again after each change of it.
+
+    Parsed under a lock: threads racing for the first value get the same
+    object, so none of them sees "new settings" and rebuilds the engine.
+    """
     global _settings
     current = _settings
-    if current is None:
-        # Django is imported on first use, not with this module: ``import durable`` (the
-        # decorators register here) stays free of Django for the engine's own tests.
-        from django.core.signals import setting_changed
+    if current is not None:
+        return current
+    with _settings_lock:
+        if _settings is None:
+            # Django is imported on first use, not with this module: ``import durable`` (the
+            # decorators register here) stays free of Django for the engine's own tests.
+            from django.core.signals import setting_changed
 
-        from durable import conf
+            from durable import conf
 
-        setting_changed.connect(_settings_changed, dispatch_uid="durable.runtime.settings")
-        current = _settings = conf.parse_django_settings()
-    return current
+            setting_changed.connect(_settings_changed, dispatch_uid="durable.runtime.settings")
+            _settings = conf.parse_django_settings()
+        return _settings
 
 
 def _settings_changed(*, setting: str, **_: Any) -> None:
@@ -123,9 +137,11 @@ clock: Clock = _InstalledClock()
 def _after_fork() -> None:
     # A forked child (Celery prefork) is another lease holder: it needs its own
     # identity, its own keeper thread and its own transport threads.
-    global _lock, _engine, _owner, _keeper
+    global _lock, _settings_lock, _engine, _client, _owner, _keeper
     _lock = threading.Lock()
+    _settings_lock = threading.Lock()
     _engine = None
+    _client = None
     _owner = make_owner_id()
     _keeper = None
 
@@ -140,6 +156,18 @@ def _close_connection() -> None:
     from django.db import connection
 
     connection.close()
+
+
+def default_store() -> PortableStore:
+    """The store for the default database connection, chosen once per vendor by the store factory."""
+    from django.db import connection
+
+    store = _stores.get(connection.vendor)
+    if store is None:
+        from durable.store import factory
+
+        store = _stores.setdefault(connection.vendor, factory.for_connection(connection))
+    return store
 
 
 def get_engine() -> Engine:
@@ -163,8 +191,7 @@ def _build_engine(current: conf.DurableSettings) -> Engine:
     global _engine, _keeper
     if _keeper is None:
         _keeper = LeaseKeeper(close_connection=_close_connection)
-    from durable.store import store
-
+    store = default_store()
     old = _engine
     if old is not None:
         listeners = old.listeners
@@ -189,6 +216,19 @@ def _build_engine(current: conf.DurableSettings) -> Engine:
     if old is not None:
         old.transport.shutdown()
     return _engine
+
+
+def client() -> Client:
+    """The default :class:`~durable.client.Client`, on the current engine (``durable.start`` and friends use it)."""
+    global _client
+    engine = get_engine()
+    current = _client
+    if current is not None and current.engine is engine:
+        return current
+    from durable.client import Client
+
+    current = _client = Client(engine)
+    return current
 
 
 def serve_routes_eagerly(routes: frozenset[str | None]) -> None:

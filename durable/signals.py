@@ -42,14 +42,14 @@ def send_status(status: str, run: Any) -> None:
     """Engine listener: forward a committed turn's outcome to the matching Django signal."""
     signal = BY_STATUS.get(status)
     if signal is not None and signal.has_listeners():
-        from durable.api import RunInfo
+        from durable.results import RunInfo
 
         signal.send_robust(sender=run.workflow, run=RunInfo.from_record(run))
 
 
 def send_lifecycle(run: Any, subscriber: str, outcome: str) -> None:
     if lifecycle_delivered.has_listeners():
-        from durable.api import RunInfo
+        from durable.results import RunInfo
 
         lifecycle_delivered.send_robust(
             sender=run.workflow, source=RunInfo.from_record(run), subscriber=subscriber, outcome=outcome

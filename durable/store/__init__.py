@@ -29,23 +29,17 @@ DjangoStore = PortableStore
 
 
 class _DefaultStore:
-    """A thin proxy to the store the factory picks for the default connection, chosen on first use.
+    """A thin, stateless proxy to the store picked for the default connection (``runtime.default_store()``).
 
     Attribute writes go to that store too (a test's ``monkeypatch`` then
     patches the store the engine calls).
     """
 
-    def __init__(self) -> None:
-        object.__setattr__(self, "_chosen", {})
-
     def _target(self) -> PortableStore:
-        from django.db import connection
+        # The choice is process-wide state: it is kept by durable.runtime.
+        from durable import runtime
 
-        chosen: dict[str, PortableStore] = object.__getattribute__(self, "_chosen")
-        store = chosen.get(connection.vendor)
-        if store is None:
-            store = chosen.setdefault(connection.vendor, factory.for_connection(connection))
-        return store
+        return runtime.default_store()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target(), name)

@@ -1,0 +1,163 @@
+"""The client: every operation user code, the admin and the REST API make on runs.
+
+A :class:`Client` holds an engine and acts through it only (its store, its
+transport, its registry, its clock, its settings): nothing here reads a
+module global, so a test can build a client on an engine of its own. The
+service functions ``durable.start``, ``durable.signal``, ... are thin wrappers
+over the default client of :mod:`durable.runtime`.
+
+Every operation validates its arguments before touching the store and raises
+a :class:`~durable.DurableError` subclass with a clear message on bad input;
+nothing is written in that case. Work is announced to the transport only
+after the caller's transaction commits (``transaction.on_commit``), so
+``start()`` inside ``transaction.atomic()`` creates a run only if the caller's
+own writes commit.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from django.db import transaction
+
+from durable.client.messages import MessagesMixin
+from durable.client.repairs import RepairsMixin
+from durable.engine.current_step import StepInfo
+from durable.engine.current_step import current_step as _current_step
+from durable.engine.current_step import heartbeat as _heartbeat
+from durable.engine.new_runs import clean_input, run_fields
+from durable.engine.serialization import to_json
+from durable.exceptions import InvalidInput, RunNotFound
+from durable.results import RunInfo, RunPage
+from durable.run_filters import check_filters, check_statuses, decode_cursor, encode_cursor, parse_attribute_filters
+from durable.validation import check_id, check_name, check_priority, check_tags
+
+
+class Client(MessagesMixin, RepairsMixin):
+    """Operations on runs through ``Client(engine)``. Thread-safe: it holds no state of its own."""
+
+    # -- starting and reading runs ------------------------------------------------------
+
+    def start(
+        self,
+        workflow: Any,
+        input: Any = None,
+        *,
+        run_id: str | None = None,
+        tags: list[str] | None = None,
+        namespace: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        priority: int = 0,
+    ) -> str:
+        """Start ``workflow`` and return the run id (see :func:`durable.start`)."""
+        settings = self.engine.settings
+        wf = self.engine.registry.resolve_workflow(workflow)
+        run_id = check_id(run_id) if run_id is not None else uuid.uuid4().hex
+        namespace = check_name(namespace, "namespace") if namespace is not None else settings.default_namespace
+        tags = check_tags(tags)
+        if search_attributes is None:
+            search_attributes = {}
+        if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
+            raise InvalidInput("search_attributes must be a dict with string keys")
+        search_attributes = to_json(search_attributes, "search_attributes", max_bytes=64 * 1024)
+        priority = check_priority(priority)
+        value = clean_input(wf, input, settings.max_payload_bytes)
+        fields = run_fields(
+            wf,
+            run_id,
+            value,
+            now=self.engine.clock.now(),
+            namespace=namespace,
+            tags=tags,
+            search_attributes=search_attributes,
+            priority=priority,
+        )
+        self._create(fields)
+        return run_id
+
+    def get_run(self, run_id: str, *, follow: bool = False) -> RunInfo:
+        """The run's current state (see :func:`durable.get_run`)."""
+        check_id(run_id)
+        store = self.engine.store
+        rec = store.get_run(run_id)
+        if rec is not None and follow:
+            while rec is not None and rec.continued_to:
+                rec = store.get_run(rec.continued_to)
+        if rec is None:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        return RunInfo.from_record(rec)
+
+    def list_runs(
+        self,
+        *,
+        status: str | list[str] | None = None,
+        workflow: str | None = None,
+        namespace: str | None = None,
+        tag: str | None = None,
+        attributes: dict[str, Any] | None = None,
+        created_after: Any = None,
+        created_before: Any = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """Runs matching every given filter, newest first (see :func:`durable.list_runs`)."""
+        statuses = check_statuses(status)
+        created_after, created_before = check_filters(
+            workflow=workflow,
+            namespace=namespace,
+            tag=tag,
+            created_after=created_after,
+            created_before=created_before,
+            limit=limit,
+        )
+        after = decode_cursor(cursor) if cursor is not None else None
+        records = self.engine.store.list_runs(
+            statuses=statuses,
+            workflow=workflow,
+            namespace=namespace,
+            tag=tag,
+            attributes=parse_attribute_filters(attributes),
+            created_after=created_after,
+            created_before=created_before,
+            after=after,
+            limit=limit + 1,
+        )
+        items = [RunInfo.from_record(r) for r in records[:limit]]
+        next_cursor = None
+        if len(records) > limit and items:
+            last = records[limit - 1]
+            next_cursor = encode_cursor(last.created_at, last.id)
+        return RunPage(items, next_cursor)
+
+    # -- acting on runs ------------------------------------------------------------------
+
+    def signal(self, run_id: str, name: str, payload: Any = None) -> None:
+        """Send signal ``name`` to a run (see :func:`durable.signal`)."""
+        check_id(run_id)
+        check_name(name, "signal name")
+        if name.startswith("__"):
+            raise InvalidInput(f"signal names starting with '__' are reserved, got {name!r}")
+        engine = self.engine
+        payload = to_json(payload, f"payload of signal {name!r}", max_bytes=engine.settings.max_payload_bytes)
+        with engine.store.atomic():
+            if engine.store.signal(run_id, name, payload, engine.clock.now()):
+                transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
+
+    def cancel(self, run_id: str, *, compensate: bool = False) -> bool:
+        """Cancel a run and its children (see :func:`durable.cancel`)."""
+        check_id(run_id)
+        if not isinstance(compensate, bool):
+            raise InvalidInput(f"compensate must be a boolean, got {compensate!r}")
+        with self.engine.store.atomic():
+            done, woken = self.engine.store.cancel(run_id, self.engine.clock.now(), compensate)
+            self._dispatch_after_commit(woken)
+        return done
+
+    def heartbeat(self, progress: Any = None) -> bool:
+        """From inside a dispatched step: record liveness (see :func:`durable.heartbeat`)."""
+        return _heartbeat(self.engine, progress)
+
+    def current_step(self) -> StepInfo | None:
+        """Inside a dispatched step: which one (see :func:`durable.current_step`)."""
+        return _current_step()
