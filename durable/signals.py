@@ -11,6 +11,12 @@ Sent after the write they announce has committed, in the process that made it::
 
 Receivers must be quick and must not raise (errors are logged and ignored);
 for durable reactions subscribe a workflow with ``on_event=["run.completed:<wf>"]``.
+
+The module keeps the Django convention's name (``<app>.signals``, where
+Django users look for an app's signals, and a documented public module they
+connect to) although durable also has *workflow* signals (``durable.signal``,
+``ctx.wait_signal``): those are messages to one run, these are in-process
+notifications about runs. Renaming it would break every receiver.
 """
 
 from __future__ import annotations
@@ -18,6 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from django.dispatch import Signal
+
+from durable.engine.vocab import RunStatus
 
 run_suspended = Signal()
 run_blocked = Signal()
@@ -28,13 +36,13 @@ run_dead = Signal()
 # A lifecycle event reached a subscriber: kwargs source (RunInfo), subscriber, outcome.
 lifecycle_delivered = Signal()
 
-BY_STATUS = {
-    "suspended": run_suspended,
-    "blocked": run_blocked,
-    "completed": run_completed,
-    "failed": run_failed,
-    "cancelled": run_cancelled,
-    "dead": run_dead,
+BY_STATUS: dict[str, Signal] = {
+    RunStatus.SUSPENDED: run_suspended,
+    RunStatus.BLOCKED: run_blocked,
+    RunStatus.COMPLETED: run_completed,
+    RunStatus.FAILED: run_failed,
+    RunStatus.CANCELLED: run_cancelled,
+    RunStatus.DEAD: run_dead,
 }
 
 

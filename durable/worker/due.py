@@ -17,6 +17,7 @@ from typing import Any
 
 from durable.engine.core import Engine
 from durable.engine.ports import CheckpointRecord, RunRecord
+from durable.engine.vocab import StepResult
 
 logger = logging.getLogger("durable.sweeps")
 
@@ -37,7 +38,7 @@ def run_due_steps(engine: Engine, *, should_stop: StopCheck = never) -> int:
     for run_id, seq, _queue in engine.store.due_steps(engine.clock.now(), engine.settings.sweep_batch):
         if should_stop():
             break
-        if engine.execute_step(run_id, seq) != "skipped":
+        if engine.execute_step(run_id, seq) != StepResult.SKIPPED:
             done += 1
     return done
 

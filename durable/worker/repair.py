@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from durable.engine import lifecycle
 from durable.engine.core import Engine
+from durable.engine.vocab import RunStatus
 from durable.exceptions import StepNotFound, WorkflowNotFound
 from durable.worker.due import StopCheck, never
 
@@ -40,7 +41,7 @@ def expire_timeouts(engine: Engine, *, should_stop: StopCheck = never) -> int:
         rec = engine.store.get_run(run_id)
         if rec is None:
             continue
-        if rec.status != "blocked":
+        if rec.status != RunStatus.BLOCKED:
             # The run's next turn stops at its first new operation, undoes completed steps
             # that declared a compensation (a saga), and ends failed with this error.
             if engine.store.request_timeout(run_id, now, error):
@@ -48,7 +49,7 @@ def expire_timeouts(engine: Engine, *, should_stop: StopCheck = never) -> int:
                 engine.transport.dispatch_turn(run_id)
             continue
         # A blocked run cannot execute its undo here: it fails at once.
-        owed = lifecycle.owed_record(engine, rec.workflow, "failed")
+        owed = lifecycle.owed_record(engine, rec.workflow, RunStatus.FAILED)
         if engine.store.fail_overdue(run_id, now, error, owed):
             done += 1
             _notify(engine, run_id)
@@ -85,7 +86,7 @@ def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCh
             now,
             lease_until,
             engine.settings.max_recovery_attempts,
-            lambda workflow: lifecycle.owed_record(engine, workflow, "dead"),
+            lambda workflow: lifecycle.owed_record(engine, workflow, RunStatus.DEAD),
         )
         if result is None:
             continue
