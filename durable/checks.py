@@ -6,15 +6,16 @@
 from __future__ import annotations
 
 from django.core import checks
-from django.core.exceptions import ImproperlyConfigured
 
 
 def check_settings(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
-    """``durable.E001`` when ``settings.DURABLE`` does not parse."""
+    """``durable.E001``, once per problem, when ``settings.DURABLE`` does not parse (all of them at once)."""
+    from django.conf import settings
+
     from durable import conf
 
-    try:
-        conf.get()
-    except ImproperlyConfigured as exc:
-        return [checks.Error(str(exc), id="durable.E001")]
-    return []
+    _, found = conf.problems(getattr(settings, "DURABLE", None))
+    return [
+        checks.Error(problem, hint="See the settings reference (docs/settings.md).", id="durable.E001")
+        for problem in found
+    ]

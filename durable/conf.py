@@ -121,41 +121,48 @@ class DurableSettings:
     prepared_statements: bool
 
 
-def parse(raw: Any) -> DurableSettings:
-    """Validate a ``DURABLE`` dict (None: all defaults); raises ImproperlyConfigured on a bad value."""
+def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
+    """Validate a ``DURABLE`` dict: the values as parsed, and every problem found (all of them, not the first)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
-        raise ImproperlyConfigured("settings.DURABLE must be a dict")
+        return {}, ["settings.DURABLE must be a dict"]
+    found: list[str] = []
     unknown = set(raw) - set(DEFAULTS)
     if unknown:
-        raise ImproperlyConfigured(
-            f"settings.DURABLE has unknown option(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}"
-        )
-    values = {**DEFAULTS, **raw}
-    try:
-        for key in _DURATIONS:
+        found.append(f"settings.DURABLE has unknown option(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
+    values = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
+    for key in (*_DURATIONS, "STEP_LEASE"):
+        if key == "STEP_LEASE" and values[key] is None:
+            continue
+        try:
             values[key] = to_seconds(values[key])
             if values[key] <= 0:
-                raise InvalidInput("must be positive")
-        if values["STEP_LEASE"] is not None:
-            values["STEP_LEASE"] = to_seconds(values["STEP_LEASE"])
-            if values["STEP_LEASE"] <= 0:
-                raise InvalidInput("STEP_LEASE must be positive or None")
-    except InvalidInput as exc:
-        raise ImproperlyConfigured(f"settings.DURABLE: {exc}") from None
+                raise InvalidInput(f"{key} must be positive" + (" or None" if key == "STEP_LEASE" else ""))
+        except InvalidInput as exc:
+            found.append(f"settings.DURABLE: {exc}")
     for key in _INTS:
         value = values[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ImproperlyConfigured(f"settings.DURABLE[{key!r}] must be a positive integer, got {value!r}")
+            found.append(f"settings.DURABLE[{key!r}] must be a positive integer, got {value!r}")
     transport = values["TRANSPORT"]
     if transport is None:
         transport = "celery" if getattr(django_settings, "CELERY_BROKER_URL", None) else "inline"
     if transport not in TRANSPORTS:
-        raise ImproperlyConfigured(f"settings.DURABLE['TRANSPORT'] must be one of {TRANSPORTS}, got {transport!r}")
+        found.append(f"settings.DURABLE['TRANSPORT'] must be one of {TRANSPORTS}, got {transport!r}")
+    values["TRANSPORT"] = transport
     namespace = values["DEFAULT_NAMESPACE"]
     if not isinstance(namespace, str) or not namespace:
-        raise ImproperlyConfigured("settings.DURABLE['DEFAULT_NAMESPACE'] must be a non-empty string")
+        found.append("settings.DURABLE['DEFAULT_NAMESPACE'] must be a non-empty string")
+    return values, found
+
+
+def parse(raw: Any) -> DurableSettings:
+    """Validate a ``DURABLE`` dict (None: all defaults); raises ImproperlyConfigured naming every bad value."""
+    values, found = problems(raw)
+    if found:
+        raise ImproperlyConfigured("; ".join(found))
+    transport, namespace = values["TRANSPORT"], values["DEFAULT_NAMESPACE"]
     return DurableSettings(
         transport=transport,
         lease=values["LEASE"],

@@ -210,6 +210,20 @@ def test_settings_are_validated(bad):
         assert [e.id for e in check_settings()] == ["durable.E001"]
 
 
+def test_every_settings_problem_is_reported_at_once():
+    from durable.checks import check_settings
+
+    bad = {"NOPE": 1, "LEASE": 0, "TRANSPORT": "carrier-pigeon", "SWEEP_BATCH": "many", "STEP_LEASE": "soon"}
+    with override_settings(DURABLE=bad):
+        found = check_settings()
+        with pytest.raises(ImproperlyConfigured) as raised:
+            conf.get()
+    assert [e.id for e in found] == ["durable.E001"] * 5
+    text = " | ".join(e.msg for e in found)
+    for name in ("NOPE", "LEASE", "carrier-pigeon", "SWEEP_BATCH", "STEP_LEASE"):
+        assert name in text and name in str(raised.value)
+
+
 def test_transport_auto_selects_celery_with_a_broker():
     with override_settings(DURABLE={}, CELERY_BROKER_URL="redis://127.0.0.1:6379/0"):
         assert conf.get().transport == "celery"
