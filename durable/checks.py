@@ -1,6 +1,8 @@
 """System checks of django-durable (``manage.py check``), each with a stable id.
 
 ``durable.E001``: ``settings.DURABLE`` does not parse (an unknown option, a bad value).
+``durable.W020``: with Celery, the sweeps are sent to a queue that work goes to too, so they
+would wait behind its backlog (and recovery with them).
 """
 
 from __future__ import annotations
@@ -18,4 +20,45 @@ def check_settings(app_configs: object = None, **kwargs: object) -> list[checks.
     return [
         checks.Error(problem, hint="See the settings reference (docs/settings.md).", id="durable.E001")
         for problem in found
+    ]
+
+
+def check_sweep_queue(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
+    """``durable.W020`` when, with Celery, the sweep task shares a queue with turns or steps.
+
+    Redis queues are first in, first out: a sweep sent behind a backlog of work
+    runs only after it, so orphaned runs and lost steps wait that long too.
+    Looks at ``SWEEP_QUEUE`` and at the queue of the Celery app's
+    ``durable-sweep`` beat entry (when the app is loaded in this process).
+    """
+    from django.core.exceptions import ImproperlyConfigured
+
+    from durable import conf, runtime
+    from durable.transports import celery
+
+    try:
+        current = conf.parse_django_settings()
+    except ImproperlyConfigured:
+        return []  # durable.E001 says why
+    if current.transport != "celery":
+        return []
+    work = {celery.DEFAULT_QUEUE, *(s.route for s in runtime.registry.steps() if s.route)}
+    sent_to = {current.sweep_queue}
+    beat_queue = celery.beat_sweep_queue()
+    if beat_queue is not None:
+        sent_to.add(beat_queue)
+    shared = sorted(sent_to & work)
+    if not shared:
+        return []
+    return [
+        checks.Warning(
+            f"durable's sweeps are sent to queue(s) {shared}, which turns or steps use too: a backlog of "
+            "work there delays every sweep, and the recovery of runs whose worker died with it",
+            hint=(
+                "Give the sweeps their own queue (DURABLE['SWEEP_QUEUE'], default 'durable.sweeps'; keep the "
+                "'durable-sweep' beat entry configure(app) adds) and run a worker that consumes it, e.g. "
+                "`celery -A proj worker -Q durable,durable.sweeps`."
+            ),
+            id="durable.W020",
+        )
     ]

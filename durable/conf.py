@@ -32,6 +32,10 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
 ``HEARTBEAT_INTERVAL``    5s. At most one persisted heartbeat per step per interval.
 ``MAX_PAYLOAD_BYTES``     1 MiB. Largest JSON input, output or signal payload.
 ``SWEEP_BATCH``           100. Rows each sweep handles per call.
+``SWEEP_INTERVAL``        2s. With Celery, how often beat sends the sweep task.
+``SWEEP_QUEUE``           ``"durable.sweeps"``. With Celery, the queue beat sends
+                          the sweep task to: its own, so a backlog of work never
+                          delays recovery. Some worker must consume it.
 ``FLEET_CHECK``           True. With Celery, park a run ``blocked`` instead of
                           dispatching a step that no live worker serves.
 ``FLEET_TTL``             30s. A worker's advertisement expires this long after
@@ -82,6 +86,8 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_INTERVAL": 5.0,
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     "SWEEP_BATCH": 100,
+    "SWEEP_INTERVAL": 2.0,
+    "SWEEP_QUEUE": "durable.sweeps",
     "FLEET_CHECK": True,
     "EAGER_STEPS": True,
     "FLEET_TTL": 30.0,
@@ -95,6 +101,7 @@ _DURATIONS = (
     "STEP_EXECUTION_LEASE",
     "HEARTBEAT_INTERVAL",
     "FLEET_TTL",
+    "SWEEP_INTERVAL",
 )
 _INTS = ("MAX_RECOVERY_ATTEMPTS", "WORKER_THREADS", "STEP_REDISPATCH_MAX", "MAX_PAYLOAD_BYTES", "SWEEP_BATCH")
 
@@ -115,6 +122,8 @@ class DurableSettings:
     heartbeat_interval: float
     max_payload_bytes: int
     sweep_batch: int
+    sweep_interval: float
+    sweep_queue: str
     fleet_check: bool
     eager_steps: bool
     fleet_ttl: float
@@ -151,9 +160,9 @@ def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
     if transport not in TRANSPORTS:
         found.append(f"settings.DURABLE['TRANSPORT'] must be one of {TRANSPORTS}, got {transport!r}")
     values["TRANSPORT"] = transport
-    namespace = values["DEFAULT_NAMESPACE"]
-    if not isinstance(namespace, str) or not namespace:
-        found.append("settings.DURABLE['DEFAULT_NAMESPACE'] must be a non-empty string")
+    for key in ("DEFAULT_NAMESPACE", "SWEEP_QUEUE"):
+        if not isinstance(values[key], str) or not values[key]:
+            found.append(f"settings.DURABLE[{key!r}] must be a non-empty string")
     return values, found
 
 
@@ -178,6 +187,8 @@ def parse(raw: Any) -> DurableSettings:
         heartbeat_interval=values["HEARTBEAT_INTERVAL"],
         max_payload_bytes=values["MAX_PAYLOAD_BYTES"],
         sweep_batch=values["SWEEP_BATCH"],
+        sweep_interval=values["SWEEP_INTERVAL"],
+        sweep_queue=values["SWEEP_QUEUE"],
         fleet_check=bool(values["FLEET_CHECK"]),
         eager_steps=bool(values["EAGER_STEPS"]),
         fleet_ttl=values["FLEET_TTL"],

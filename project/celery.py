@@ -1,7 +1,7 @@
 """Celery application of the example project (used when CELERY_BROKER_URL is set).
 
-    celery -A project worker -Q durable -c 2     # turns and default steps
-    celery -A project beat                       # durable's sweeps
+    celery -A project worker -Q durable,durable.sweeps -c 2   # turns, default steps, sweeps
+    celery -A project beat                                    # sends durable's sweeps
 """
 
 import os

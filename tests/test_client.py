@@ -87,15 +87,18 @@ def test_a_client_refuses_bad_input_before_writing(own: tuple[Client, Engine, Re
         client.start("own.greet", "world", run_id="has space")
     with pytest.raises(WorkflowNotFound):
         client.start("not.registered")
-    assert engine.store.list_runs(
-        statuses=[],
-        workflow=None,
-        namespace=None,
-        tag=None,
-        attributes=[],
-        created_after=None,
-        created_before=None,
-        after=None,
-        limit=10,
-    ) == []
+    assert (
+        engine.store.list_runs(
+            statuses=[],
+            workflow=None,
+            namespace=None,
+            tag=None,
+            attributes=[],
+            created_after=None,
+            created_before=None,
+            after=None,
+            limit=10,
+        )
+        == []
+    )
     assert transport.turns == []

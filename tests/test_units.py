@@ -199,6 +199,8 @@ def test_settings_defaults_and_overrides():
         {"MAX_RECOVERY_ATTEMPTS": 0},
         {"DEFAULT_NAMESPACE": ""},
         {"STEP_LEASE": -1},
+        {"SWEEP_QUEUE": ""},
+        {"SWEEP_INTERVAL": 0},
     ],
 )
 def test_settings_are_validated(bad):

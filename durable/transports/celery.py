@@ -9,6 +9,13 @@ Routing: turns go to ``DEFAULT_QUEUE`` ("durable"). A step goes to its
 ``queue=``, else to the part of its name before the first dot
 (``"payments.charge"`` → ``"payments"``), else to ``DEFAULT_QUEUE``. Run
 ``celery -A project worker -Q payments`` to serve only payment steps.
+
+Sweeps: beat sends ``durable.sweep`` every ``SWEEP_INTERVAL`` to
+``SWEEP_QUEUE`` ("durable.sweeps"), a queue of their own. On the work queue a
+sweep would wait behind the whole backlog (Redis lists are FIFO), and with it
+the recovery of every orphaned run; on its own queue it waits at most for one
+free worker process. Some worker must consume it: ``-Q durable,durable.sweeps``,
+or a small dedicated one, ``-Q durable.sweeps -c 1``.
 """
 
 from __future__ import annotations
@@ -24,7 +31,11 @@ DEFAULT_QUEUE = "durable"
 # Longer delays are not held in the broker (a worker would keep the message
 # unacknowledged for that long); the beat sweep dispatches them when due.
 MAX_COUNTDOWN = 60.0
-SWEEP_EVERY = 2.0
+SWEEP_TASK = "durable.sweep"
+SWEEP_ENTRY = "durable-sweep"
+# A sweep that waited this many intervals is dropped: the next one does the same work. More
+# than one, so a second of clock skew between beat and the worker does not expire every sweep.
+SWEEP_EXPIRES_INTERVALS = 2
 # Tasks a worker process runs on one database connection (unless CELERY_DB_REUSE_MAX is set).
 DB_REUSE_MAX = 100
 
@@ -49,7 +60,14 @@ def configure(app: Any) -> None:
     """Apply durable's Celery settings and beat schedule to ``app``.
 
     Call it from your project's ``celery.py`` after ``config_from_object``.
+    The ``durable-sweep`` beat entry sends ``durable.sweep`` every
+    ``DURABLE["SWEEP_INTERVAL"]`` to ``DURABLE["SWEEP_QUEUE"]`` (default
+    ``"durable.sweeps"``), dropped if not started within two intervals; the task
+    is routed there too when sent by hand. Run a worker that consumes that
+    queue (``celery -A proj worker -Q durable,durable.sweeps``). An entry of
+    that name already in ``beat_schedule`` is kept as it is.
     """
+    interval, queue = sweep_schedule()
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -64,13 +82,47 @@ def configure(app: Any) -> None:
         # Celery's Django fixup otherwise closes every database connection before and
         # after every task: each turn and step would pay for a new PostgreSQL connection.
         app.conf["CELERY_DB_REUSE_MAX"] = DB_REUSE_MAX
+    routes = app.conf.task_routes
+    if routes is None or isinstance(routes, dict):
+        app.conf.task_routes = {SWEEP_TASK: {"queue": queue}, **(routes or {})}
     schedule = dict(app.conf.beat_schedule or {})
     schedule.setdefault(
-        "durable-sweep",
+        SWEEP_ENTRY,
         {
-            "task": "durable.sweep",
-            "schedule": SWEEP_EVERY,
-            "options": {"queue": DEFAULT_QUEUE, "expires": SWEEP_EVERY * 5},
+            "task": SWEEP_TASK,
+            "schedule": interval,
+            "options": {"queue": queue, "expires": interval * SWEEP_EXPIRES_INTERVALS},
         },
     )
     app.conf.beat_schedule = schedule
+
+
+def sweep_schedule() -> tuple[float, str]:
+    """``SWEEP_INTERVAL`` and ``SWEEP_QUEUE`` of ``settings.DURABLE`` (the defaults before Django is configured).
+
+    Raises ImproperlyConfigured if ``settings.DURABLE`` does not parse.
+    """
+    from django.conf import settings
+    from django.core.exceptions import ImproperlyConfigured
+
+    from durable import conf
+
+    try:
+        raw = getattr(settings, "DURABLE", None)
+    except ImproperlyConfigured:  # no Django settings yet: configure() was called first
+        return float(conf.DEFAULTS["SWEEP_INTERVAL"]), str(conf.DEFAULTS["SWEEP_QUEUE"])
+    parsed = conf.parse(raw)
+    return parsed.sweep_interval, parsed.sweep_queue
+
+
+def beat_sweep_queue() -> str | None:
+    """The queue the current Celery app's ``durable-sweep`` beat entry sends to (None: no such entry)."""
+    try:
+        from celery import current_app
+    except ImportError:
+        return None
+    entry = (current_app.conf.beat_schedule or {}).get(SWEEP_ENTRY)
+    if not isinstance(entry, dict):
+        return None
+    options = entry.get("options") or {}
+    return str(options.get("queue") or current_app.conf.task_default_queue or DEFAULT_QUEUE)

@@ -221,7 +221,7 @@ class Cluster:
         return procs
 
     def beat(self) -> Proc:
-        """Real ``celery beat``: sends ``durable.sweep`` to queue ``durable`` every 2 seconds."""
+        """Real ``celery beat``: sends ``durable.sweep`` to ``SWEEP_QUEUE`` every ``SWEEP_INTERVAL``."""
         return self._spawn(
             "beat",
             ["beat", "-s", str(self.tmp / "beat-schedule"), "--pidfile=", "-l", "INFO"],

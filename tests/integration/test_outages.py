@@ -39,7 +39,7 @@ from tests.integration.workflows import expected_pipeline
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-ALL_QUEUES = ["durable", "alpha", "beta"]
+ALL_QUEUES = ["durable", "alpha", "beta", "durable.sweeps"]
 RUNS = 8
 
 
