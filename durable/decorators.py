@@ -24,6 +24,7 @@ from durable.engine.durations import Duration, to_seconds
 from durable.engine.registry import StepDef, WorkflowDef, qualname
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
 from durable.exceptions import ConfigurationError
+from durable.schedules.spec import Schedule
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -105,6 +106,18 @@ def _batch_spec(batch: Any) -> tuple[int, float] | None:
     return (batch[0], _opt_seconds(batch[1], "batch window") or 0.0)
 
 
+def _schedule_keys(name: str, schedule: Any, schedules: Any) -> list[tuple[str, Any]]:
+    """``schedule=`` keyed by the workflow's name, ``schedules=[...]`` by ``name:index``."""
+    if schedule is not None and schedules:
+        raise ConfigurationError("choose schedule= or schedules=, not both")
+    given = [schedule] if schedule is not None else list(schedules)
+    if isinstance(schedules, (str, bytes)) or not all(isinstance(s, Schedule) for s in given):
+        raise ConfigurationError("schedule must be a durable.Schedule (schedules= a list of them)")
+    if schedule is not None:
+        return [(name, schedule)]
+    return [(f"{name}:{i}", spec) for i, spec in enumerate(given)]
+
+
 @overload
 def workflow(fn: F, /) -> F: ...
 @overload
@@ -121,6 +134,8 @@ def workflow(
     input: Callable[[dict[str, Any]], Any] | None = None,
     debounce: Duration | None = None,
     batch: tuple[int, Duration] | None = None,
+    schedule: Any = None,
+    schedules: list[Any] | tuple[Any, ...] = (),
 ) -> Callable[[F], F]: ...
 
 
@@ -139,6 +154,8 @@ def workflow(
     input: Callable[[dict[str, Any]], Any] | None = None,
     debounce: Duration | None = None,
     batch: tuple[int, Duration] | None = None,
+    schedule: Any = None,
+    schedules: list[Any] | tuple[Any, ...] = (),
 ) -> Any:
     """Register a workflow function ``fn(ctx, input)`` (or ``fn(ctx)``).
 
@@ -153,6 +170,9 @@ def workflow(
     ``where(event)`` to filter, ``input(event)`` to map the event to this
     workflow's input, and either ``debounce="30s"`` (one run with the last event
     once the source is quiet) or ``batch=(size, window)`` (one run with a list).
+    ``schedule=durable.Schedule(...)`` starts it on a schedule keyed by the
+    workflow's name (``schedules=[...]``: several, keyed ``name:0``, ``name:1``...),
+    synced to the database when a worker or sweep starts.
     The function is returned unchanged.
     """
 
@@ -174,6 +194,7 @@ def workflow(
             batch=batch_spec,
         )
         runtime.registry.add_workflow(wf)
+        runtime.registry.set_schedules(wf.name, _schedule_keys(wf.name, schedule, schedules))
         func.__durable_workflow__ = wf  # type: ignore[attr-defined]
         return func
 

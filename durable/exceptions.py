@@ -172,3 +172,11 @@ class EventNotSet(DurableError, LookupError):
 
 class WaitTimeout(DurableError, TimeoutError):
     """``durable.wait_for_run(...)`` gave up before the run settled."""
+
+
+class ScheduleNotFound(DurableError, LookupError):
+    """No schedule with that key exists."""
+
+
+class ScheduleExists(DurableError):
+    """A schedule with that key exists already (``create_schedule``); change it with ``update_schedule``."""

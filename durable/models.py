@@ -302,3 +302,37 @@ class WorkerDescriptor(models.Model):
 
     def __str__(self) -> str:
         return f"{self.hostname}:{self.pid} ({', '.join(self.queues)})"
+
+
+class Schedule(models.Model):
+    """A schedule: when ``workflow`` starts on its own, and where its windows stand.
+
+    Written only through :mod:`durable.store` executing a
+    :class:`durable.schedules.plan.SchedulePlan` (compare-and-set on
+    ``revision``). ``due_at`` is when a sweep next looks at the row (the next
+    window plus its jitter); ``code_spec`` is what the code declared at the
+    last sync, so a deploy changes only the fields the code changed.
+    """
+
+    key = models.CharField(primary_key=True, max_length=200)
+    workflow = models.CharField(max_length=200)
+    spec = models.JSONField(default=dict)
+    paused = models.BooleanField(default=False)
+    origin = models.CharField(max_length=16)
+    code_spec = models.JSONField(null=True, blank=True)
+    next_window = models.DateTimeField(null=True, blank=True)
+    due_at = models.DateTimeField(null=True, blank=True)
+    buffered = models.DateTimeField(null=True, blank=True)
+    last_run_id = models.CharField(max_length=255, null=True, blank=True)
+    last_window = models.DateTimeField(null=True, blank=True)
+    skipped = models.PositiveIntegerField(default=0)
+    revision = models.PositiveIntegerField(default=1)
+    created_at = models.DateTimeField(default=clock_now)
+    updated_at = models.DateTimeField(default=clock_now)
+
+    class Meta:
+        ordering = ("key",)
+        indexes = [models.Index(fields=["due_at"], name="durable_schedule_due", condition=models.Q(paused=False))]
+
+    def __str__(self) -> str:
+        return self.key

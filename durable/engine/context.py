@@ -18,6 +18,7 @@ composes them and adds what a workflow may read about its own run.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from durable.engine.ops.children import Call, ChildCall, ChildOps, call, child_call
@@ -44,6 +45,18 @@ class WorkflowContext(ChildOps, SagaOps, ValueOps):
     @property
     def input(self) -> Any:
         return self._port.run.input
+
+    @property
+    def schedule_key(self) -> str | None:
+        """The key of the schedule that started this run (None: not started by a schedule)."""
+        value = self._port.run.search_attributes.get("schedule_key")
+        return value if isinstance(value, str) else None
+
+    @property
+    def schedule_window(self) -> datetime | None:
+        """The window (an aware UTC datetime) this scheduled run starts for; a trigger's own instant."""
+        value = self._port.run.search_attributes.get("schedule_window")
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
 
     @property
     def is_replaying(self) -> bool:

@@ -51,10 +51,14 @@ class EngineStats:
     ``turn_seconds``: mean seconds a recent turn of ``run_turns`` took before its
     final commit, smoothed per batch. Updated without a lock: a lost update
     between two threads only delays the smoothing by one batch.
+    ``schedules_synced``: the registry's code-schedule revision this engine
+    last wrote to the store (-1: none yet); a race only syncs twice, which is
+    harmless (the sync is idempotent).
     """
 
     def __init__(self) -> None:
         self.turn_seconds = 0.0
+        self.schedules_synced = -1
 
     def record_turns(self, per_turn: float) -> None:
         previous = self.turn_seconds

@@ -75,6 +75,10 @@ class Registry:
         self._lock = threading.Lock()
         self._workflows: dict[str, dict[int, WorkflowDef]] = {}
         self._steps: dict[str, StepDef] = {}
+        # Code schedules by key: (workflow name, the durable.Schedule declared for it).
+        self._schedules: dict[str, tuple[str, Any]] = {}
+        # Grows whenever a workflow's declared schedules change (sync compares it).
+        self.schedules_revision = 0
 
     # -- workflows ---------------------------------------------------------
     def add_workflow(self, wf: WorkflowDef) -> None:
@@ -157,11 +161,32 @@ class Registry:
             "or use ctx.local_step(name, fn) for an in-process step"
         )
 
+    # -- code schedules ------------------------------------------------------
+    def set_schedules(self, workflow: str, schedules: list[tuple[str, Any]]) -> None:
+        """The schedules ``workflow`` declares now, by key (replacing what it declared before)."""
+        with self._lock:
+            for key in [k for k, (wf, _) in self._schedules.items() if wf == workflow]:
+                del self._schedules[key]
+            for key, spec in schedules:
+                owner = self._schedules.get(key)
+                if owner is not None and owner[0] != workflow:
+                    raise ConfigurationError(f"schedule key {key!r} is already declared by workflow {owner[0]!r}")
+                self._schedules[key] = (workflow, spec)
+            self.schedules_revision += 1
+
+    def schedules(self) -> dict[str, tuple[str, Any]]:
+        """Every code schedule: key -> (workflow name, schedule)."""
+        with self._lock:
+            return dict(self._schedules)
+
     def remove(self, name: str) -> None:
-        """Forget a workflow (all versions) or step by name. Meant for tests."""
+        """Forget a workflow (all versions, and its schedules) or step by name. Meant for tests."""
         with self._lock:
             self._workflows.pop(name, None)
             self._steps.pop(name, None)
+            for key in [k for k, (wf, _) in self._schedules.items() if wf == name]:
+                del self._schedules[key]
+                self.schedules_revision += 1
 
 
 def timeout_delta(seconds: float | None) -> timedelta | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from durable.engine.core import Engine
+from durable.schedules.sweep import fire_due_schedules
 from durable.worker.announce import publish_lifecycle
 from durable.worker.due import Runner, StopCheck, never, run_due_steps, wake_due_runs
 from durable.worker.repair import (
@@ -23,6 +24,7 @@ def tick(
     loop's threads); without it they run one after another in this thread.
     """
     counts = {"timeouts": expire_timeouts(engine, should_stop=should_stop)}
+    counts["schedules"] = fire_due_schedules(engine)
     counts.update(recover_orphans(engine, execute=execute, should_stop=should_stop))
     counts["unblocked"] = recheck_blocked(engine)
     counts["steps_recovered"] = recover_steps(engine, execute=execute, should_stop=should_stop)

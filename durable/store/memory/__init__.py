@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING
 from durable.store.memory.events import EventsPart
 from durable.store.memory.listing import ListingPart
 from durable.store.memory.runs import RunsPart
+from durable.store.memory.schedules import SchedulesPart
 from durable.store.memory.steps import StepsPart
 from durable.store.memory.sweeps import SweepsPart
 from durable.store.memory.tables import IntegrityError, Tables
 from durable.store.memory.turns import TurnsPart
 
 
-class MemoryStore(RunsPart, TurnsPart, StepsPart, EventsPart, SweepsPart, ListingPart):
+class MemoryStore(SchedulesPart, RunsPart, TurnsPart, StepsPart, EventsPart, SweepsPart, ListingPart):
     """:class:`durable.engine.ports.Store` in memory (see the module docstring)."""
 
 

@@ -123,6 +123,7 @@ class Tables:
         self.events: dict[int, Row] = {}
         self.batches: dict[int, Row] = {}
         self.workers: dict[str, Row] = {}
+        self.schedules: dict[str, Row] = {}
         self._ids = itertools.count(1)
         self._undo: list[tuple[dict[Any, Any], Any, Any]] = []
 

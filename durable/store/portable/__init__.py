@@ -16,10 +16,11 @@ from durable.store.portable.fleet_rows import FleetRows
 from durable.store.portable.histories import HistoryRows
 from durable.store.portable.run_reads import RunReads
 from durable.store.portable.run_rows import RunRows
+from durable.store.portable.schedule_rows import ScheduleRows
 from durable.store.portable.step_rows import StepRows
 
 
-class PortableStore(RunRows, RunReads, HistoryRows, CommitRows, StepRows, EventRows, DueWork, FleetRows):
+class PortableStore(ScheduleRows, RunRows, RunReads, HistoryRows, CommitRows, StepRows, EventRows, DueWork, FleetRows):
     """:class:`durable.engine.ports.Store` on the Django ORM; see :mod:`durable.store`."""
 
 
