@@ -410,3 +410,6 @@ class NamespaceGrantAdmin(StorableQueryMixin, _ModelAdmin):
     list_filter = ("namespace",)
     search_fields = ("namespace", "user__username", "group__name")
     autocomplete_fields = ()
+
+
+from durable_dashboard import schedule_admin as schedule_admin  # noqa: E402  (registers the schedules page)

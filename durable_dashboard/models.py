@@ -29,6 +29,16 @@ ACTION_PERMISSIONS: dict[str, tuple[str, str]] = {
     "update": ("update_run", "Can send updates to runs"),
     "republish": ("republish_run", "Can republish lifecycle events"),
 }
+#: Operator actions on schedules (seeing them needs ``durable.view_schedule``).
+SCHEDULE_PERMISSIONS: dict[str, tuple[str, str]] = {
+    "create_schedule": ("create_schedule", "Can create schedules"),
+    "update_schedule": ("edit_schedule", "Can edit schedules"),
+    "delete_schedule": ("remove_schedule", "Can delete schedules"),
+    "pause_schedule": ("pause_schedule", "Can pause and resume schedules"),
+    "resume_schedule": ("pause_schedule", "Can pause and resume schedules"),
+    "trigger_schedule": ("trigger_schedule", "Can trigger schedules (a run now)"),
+    "backfill_schedule": ("backfill_schedule", "Can backfill schedules"),
+}
 
 
 class AuditEntry(models.Model):
@@ -50,7 +60,7 @@ class AuditEntry(models.Model):
         ordering = ("-created_at", "-id")
         verbose_name = "audit entry"
         verbose_name_plural = "audit log"
-        permissions = [perm for perm in ACTION_PERMISSIONS.values()]
+        permissions = [*ACTION_PERMISSIONS.values(), *dict.fromkeys(SCHEDULE_PERMISSIONS.values())]
 
     def __str__(self) -> str:
         count = len(self.run_ids or [])

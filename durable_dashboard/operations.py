@@ -20,6 +20,8 @@ from durable.exceptions import (
     InvalidInput,
     InvalidRunState,
     RunNotFound,
+    ScheduleExists,
+    ScheduleNotFound,
     WorkflowNotFound,
 )
 from durable_dashboard.models import AuditEntry
@@ -31,6 +33,8 @@ class UpdateRejected(DurableError):
 
 ERROR_CODES: tuple[tuple[type[Exception], str], ...] = (
     (RunNotFound, "run_not_found"),
+    (ScheduleNotFound, "schedule_not_found"),
+    (ScheduleExists, "schedule_exists"),
     (EventNotSet, "event_not_set"),
     (UpdateRejected, "update_rejected"),
     (WorkflowNotFound, "workflow_not_found"),

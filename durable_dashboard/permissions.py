@@ -18,9 +18,10 @@ from rest_framework.permissions import BasePermission
 
 from durable.models import Run
 from durable_dashboard import conf
-from durable_dashboard.models import ACTION_PERMISSIONS, NamespaceGrant
+from durable_dashboard.models import ACTION_PERMISSIONS, SCHEDULE_PERMISSIONS, NamespaceGrant
 
 VIEW_PERMISSION = "durable.view_run"
+VIEW_SCHEDULES = "durable.view_schedule"
 
 
 def action_permission(action: str) -> str:
@@ -31,6 +32,18 @@ def action_permission(action: str) -> str:
 def can(user: Any, action: str) -> bool:
     """Whether ``user`` may perform ``action`` (and see runs at all)."""
     return bool(user and user.is_active and user.has_perm(VIEW_PERMISSION) and user.has_perm(action_permission(action)))
+
+
+def schedule_permission(action: str) -> str:
+    """The full permission name guarding schedule ``action`` (``"durable_dashboard.pause_schedule"``)."""
+    return f"durable_dashboard.{SCHEDULE_PERMISSIONS[action][0]}"
+
+
+def can_schedule(user: Any, action: str | None = None) -> bool:
+    """Whether ``user`` may see schedules and, with ``action``, perform it."""
+    if not (user and user.is_active and user.has_perm(VIEW_SCHEDULES)):
+        return False
+    return action is None or bool(user.has_perm(schedule_permission(action)))
 
 
 def allowed_namespaces(user: Any) -> frozenset[str] | None:
@@ -81,6 +94,18 @@ class CanViewRuns(BasePermission):
     def has_permission(self, request: Any, view: Any) -> bool:
         user = request.user
         return bool(user and user.is_authenticated and user.is_active and user.has_perm(VIEW_PERMISSION))
+
+
+class CanManageSchedules(BasePermission):
+    """DRF: ``durable.view_schedule``, and the permission of the view's schedule action, if any."""
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        action = view.schedule_action()
+        if can_schedule(request.user, action):
+            return True
+        needed = schedule_permission(action) if action else VIEW_SCHEDULES
+        self.message = f"You do not have permission to {(action or 'view_schedule').replace('_', ' ')}s ({needed})."
+        return False
 
 
 class CanPerformAction(BasePermission):

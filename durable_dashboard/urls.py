@@ -9,6 +9,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path, re_path
 from rest_framework.routers import SimpleRouter
 
+from durable_dashboard.schedule_api import ScheduleViewSet
 from durable_dashboard.schema_views import SchemaView, SwaggerView
 from durable_dashboard.views import RunViewSet, WorkflowListView
 
@@ -16,6 +17,7 @@ app_name = "durable_api"
 
 router = SimpleRouter()
 router.register("runs", RunViewSet, basename="run")
+router.register("schedules", ScheduleViewSet, basename="schedule")
 
 
 def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:

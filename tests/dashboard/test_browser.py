@@ -126,3 +126,37 @@ def test_operator_filters_inspects_requeues_and_cancels(transactional_db, live_s
     page.goto(f"{live_server.url}/admin/durable/run/")
     page.screenshot(path=str(OUTPUT / "dashboard-run-list.png"), full_page=True)
     assert (OUTPUT / "dashboard-run-timeline.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(("width", "name"), [(1400, "desktop"), (390, "phone")])
+def test_operator_sees_pauses_and_triggers_schedules(transactional_db, live_server, browser_page, width, name):
+    from tests import schedule_workflows  # noqa: F401  (registers sched.window)
+
+    User.objects.create_superuser("ops", "ops@example.com", "ops-password")
+    durable.create_schedule("nightly-report", "sched.window", cron="0 2 * * *", timezone="Europe/Lisbon")
+    durable.create_schedule("quarter-hour", "sched.window", every="15m", overlap="skip")
+    last = durable.trigger_schedule("nightly-report")
+    run_until_settled(last)
+
+    page = browser_page
+    page.set_viewport_size({"width": width, "height": 900})
+    OUTPUT.mkdir(exist_ok=True)
+    page.goto(f"{live_server.url}/admin/login/?next=/admin/durable/schedule/")
+    page.fill("#id_username", "ops")
+    page.fill("#id_password", "ops-password")
+    page.click("input[type=submit]")
+    page.wait_for_selector("#result_list")
+    table = page.locator("#result_list").inner_text()
+    assert "every day at 02:00 (Europe/Lisbon)" in table and "every 15 minutes" in table
+    assert last in table and "completed" in table
+    assert page.locator("#result_list tbody tr").first.locator("time").count() == 5
+    page.screenshot(path=str(OUTPUT / f"dashboard-schedules-{name}.png"), full_page=True)
+
+    # pause one through the admin action
+    page.check("#result_list input[name=_selected_action][value='quarter-hour']")
+    page.select_option("select[name=action]", "pause_selected")
+    page.click("button[name=index]")
+    page.wait_for_selector(".messagelist .success")
+    assert "Pause quarter-hour: paused" in page.locator(".messagelist").inner_text()
+    assert durable.get_schedule("quarter-hour").paused
+    assert (OUTPUT / f"dashboard-schedules-{name}.png").stat().st_size > 10_000
