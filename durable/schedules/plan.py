@@ -30,6 +30,17 @@ _JITTER_SLACK = 8
 # How long a schedule whose workflow this process does not know waits before it is looked at again.
 UNKNOWN_RETRY = timedelta(seconds=60)
 
+# The columns every firing plan sets (a store may write a page of such plans as one statement).
+FIRE_COLUMNS: tuple[str, ...] = (
+    "next_window",
+    "due_at",
+    "buffered",
+    "last_run_id",
+    "last_window",
+    "skipped",
+    "updated_at",
+)
+
 # Builds the fields of a new run: (run id, window or None for a trigger) -> fields, or None to refuse.
 MakeRun = Callable[[str, datetime | None], dict[str, Any] | None]
 
@@ -216,15 +227,8 @@ def plan_fire(rec: ScheduleRecord, last_status: str | None, now: datetime, make_
     new_due = due_at(rec.key, spec, following, f.buffered, now)
     if not windows and f.buffered == rec.buffered and not f.runs:
         return None
-    changes = {
-        "next_window": following,
-        "due_at": new_due,
-        "buffered": f.buffered,
-        "last_run_id": f.last_run_id,
-        "last_window": f.last_window,
-        "skipped": f.skipped,
-        "updated_at": now,
-    }
+    values = (following, new_due, f.buffered, f.last_run_id, f.last_window, f.skipped, now)
+    changes = dict(zip(FIRE_COLUMNS, values, strict=True))
     return SchedulePlan(rec.key, rec.revision, changes, runs=tuple(f.runs), cancel=tuple(f.cancel))
 
 

@@ -11,6 +11,7 @@ new, so racing sweepers start each window once.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import UTC, datetime
 from functools import partial
 from typing import Any
@@ -56,13 +57,22 @@ def _decide(engine: Engine, now: datetime, rec: ScheduleRecord, last_status: str
 
 
 def fire_due_schedules(engine: Engine) -> int:
-    """Start the runs of every due window (one page); how many runs it started."""
+    """Start the runs of due windows; how many runs it started.
+
+    Page after page (``SWEEP_BATCH`` rows each) while pages come back full, for
+    up to ``WORKER_INTERVAL`` seconds: many schedules sharing a window (every
+    night at 02:00) start together instead of one page per tick.
+    """
     ensure_synced(engine)
-    now = engine.clock.now()
-    results = engine.store.fire_schedules(now, engine.settings.sweep_batch, partial(_decide, engine, now))
+    batch = engine.settings.sweep_batch
     started = 0
-    for result in results:
-        for run_id in (*result.woken, *result.created):
-            engine.transport.dispatch_turn(run_id)
-        started += len(result.created)
-    return started
+    began = time.monotonic()
+    while True:
+        now = engine.clock.now()
+        results = engine.store.fire_schedules(now, batch, partial(_decide, engine, now))
+        for result in results:
+            for run_id in (*result.woken, *result.created):
+                engine.transport.dispatch_turn(run_id)
+            started += len(result.created)
+        if len(results) < batch or time.monotonic() - began >= engine.settings.worker_interval:
+            return started

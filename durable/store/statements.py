@@ -26,7 +26,8 @@ from django.db.models import Field, JSONField
 from durable.engine.plan import CHECKPOINT_UPDATABLE, STEP_RESULT_IGNORED, CommitPlan, StepResultPlan
 from durable.engine.ports import CheckpointRecord
 from durable.engine.vocab import SETTLED, UNSETTLED, CheckpointKind, CheckpointStatus, RunStatus
-from durable.models import Checkpoint, Run, SignalWaiter
+from durable.models import Checkpoint, Run, Schedule, SignalWaiter
+from durable.schedules.plan import FIRE_COLUMNS, SchedulePlan
 
 
 def q(name: str) -> str:
@@ -171,6 +172,10 @@ _LEASED = f"{q('id')} = %s AND {q('status')} = %s AND {q('locked_by')} = %s"
 # A checkpoint update in a shared commit writes every updatable column; those a single
 # commit leaves as stored when unset (plan.KEEP_IF_UNSET) keep their stored value here.
 _KEEP_IF_UNSET = {"started_at": "COALESCE(u.{c}, cp.{c})", "attempts": "COALESCE(NULLIF(u.{c}, 0), cp.{c})"}
+
+
+SCHEDULE_TABLE = q(Schedule._meta.db_table)
+SCHEDULE_FIELD = {f.name: f for f in Schedule._meta.concrete_fields}
 
 
 class PostgresStatements:
@@ -381,3 +386,27 @@ class PostgresStatements:
             result.run_id,
             result.seq,
         ]
+
+    # -- a page of schedule firings, as two statements ------------------------------------
+    def fire_schedules(self, plans: Sequence[SchedulePlan]) -> tuple[str, list[Any]]:
+        """Every plan's FIRE_COLUMNS, compare-and-set on (key, revision); returns the keys written."""
+        names = ("key", "revision", *FIRE_COLUMNS)
+        arrays = ", ".join(self.array(SCHEDULE_FIELD[name]) for name in names)
+        sets = ", ".join(f"{q(name)} = v.{q(name)}" for name in FIRE_COLUMNS)
+        sql = (
+            f"UPDATE {SCHEDULE_TABLE} AS s SET {sets}, {q('revision')} = s.{q('revision')} + 1 "
+            f"FROM unnest({arrays}) AS v({', '.join(q(n) for n in names)}) "
+            f"WHERE s.{q('key')} = v.{q('key')} AND s.{q('revision')} = v.{q('revision')} RETURNING s.{q('key')}"
+        )
+        columns: list[list[Any]] = [[p.key for p in plans], [p.revision for p in plans]]
+        columns += [[p.changes[name] for p in plans] for name in FIRE_COLUMNS]
+        return sql, columns
+
+    def insert_runs(self, rows: Sequence[dict[str, Any]]) -> tuple[str, list[Any]]:
+        """New runs in one statement, idempotent on id (``ON CONFLICT DO NOTHING``); returns the ids inserted."""
+        sql = (
+            f"INSERT INTO {RUN_TABLE} ({run_columns()}) SELECT * FROM unnest("
+            f"{', '.join(self.array(f) for f in RUN_COLUMNS)}) ON CONFLICT ({q('id')}) DO NOTHING RETURNING {q('id')}"
+        )
+        models = [Run(**row) for row in rows]
+        return sql, [[self.prep(f, getattr(m, f.attname)) for m in models] for f in RUN_COLUMNS]

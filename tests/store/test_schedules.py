@@ -75,3 +75,27 @@ def test_fire_schedules_plans_only_due_unpaused_rows_oldest_first_within_the_lim
     seen.clear()
     assert store.fire_schedules(at(60), 10, decide) == []
     assert seen == [("later", None)]
+
+
+def test_a_page_of_firings_writes_fresh_rows_only_and_inserts_each_run_once(store):
+    from durable.schedules.plan import FIRE_COLUMNS
+
+    for key in ("p1", "p2", "p3"):
+        _row(store, key)
+    assert store.create_run(fields("p3@w"))  # its window's run exists already (a backfill, say)
+
+    def decide(rec: Any, last_status: str | None) -> SchedulePlan:
+        values = (at(60), at(60), None, f"{rec.key}@w", T0, 1, at(1))
+        revision = rec.revision - 1 if rec.key == "p2" else rec.revision  # p2: planned on a stale read
+        return SchedulePlan(
+            rec.key, revision, dict(zip(FIRE_COLUMNS, values, strict=True)), runs=(fields(f"{rec.key}@w"),)
+        )
+
+    results = {r.key: r for r in store.fire_schedules(at(1), 10, decide)}
+    assert (results["p1"].applied, results["p1"].created) == (True, ("p1@w",))
+    assert (results["p2"].applied, results["p2"].created) == (False, ())
+    assert (results["p3"].applied, results["p3"].created) == (True, ())
+    assert store.get_run("p2@w") is None
+    p1 = store.get_schedule("p1")
+    assert (p1.revision, p1.last_run_id, p1.skipped, p1.due_at) == (2, "p1@w", 1, at(60))
+    assert store.get_schedule("p2").revision == 1

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import OuterRef, Subquery
 
 from durable.models import Run
 from durable.models import Schedule as ScheduleRow
@@ -76,16 +77,16 @@ class ScheduleRows(RunRows):
         locks each takes rows the others do not hold (``SKIP LOCKED``), and
         every write is compare-and-set on the row's revision anyway.
         """
-        results: list[ScheduleApplied] = []
+        last_status = Subquery(Run.objects.filter(id=OuterRef("last_run_id")).values("status")[:1])
         with transaction.atomic():
             rows = ScheduleRow.objects.filter(paused=False, due_at__lte=now).order_by("due_at")
             if connection.features.has_select_for_update_skip_locked:
-                rows = rows.select_for_update(skip_locked=True)
-            records = [schedule_record(row) for row in rows[:limit]]
-            last = [rec.last_run_id for rec in records if rec.last_run_id]
-            statuses = dict(Run.objects.filter(id__in=last).values_list("id", "status")) if last else {}
-            for rec in records:
-                plan = decide(rec, statuses.get(rec.last_run_id) if rec.last_run_id else None)
-                if plan is not None:
-                    results.append(self._apply_schedule(plan, now))
+                rows = rows.select_for_update(skip_locked=True, of=("self",))
+            page = list(rows.annotate(last_status=last_status)[:limit])
+            plans = [decide(schedule_record(row), row.last_status) for row in page]
+            results = self._apply_page([plan for plan in plans if plan is not None], now)
         return results
+
+    def _apply_page(self, plans: list[SchedulePlan], now: datetime) -> list[ScheduleApplied]:
+        """The plans of a locked page, one after another (the PostgreSQL store writes them together)."""
+        return [self._apply_schedule(plan, now) for plan in plans]
