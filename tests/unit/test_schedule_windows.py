@@ -26,6 +26,12 @@ def test_every_15_minutes_over_a_day_is_96_windows_aligned_on_the_quarter_hours(
     assert run_id("report", day[1]) == "report@20260301T001500Z"
 
 
+def test_between_reports_one_window_past_its_limit_so_callers_can_refuse_an_overflow():
+    spec = Schedule(every="1m")
+    assert len(between(spec, utc(2026, 1, 1), utc(2026, 1, 1) + timedelta(minutes=999), 1000)) == 1000
+    assert len(between(spec, utc(2026, 1, 1), utc(2026, 1, 1) + timedelta(minutes=1000), 1000)) == 1001
+
+
 def test_every_counts_from_start_at_and_stops_at_end_at():
     spec = Schedule(every="1h", start_at=utc(2026, 1, 1, 0, 20), end_at=utc(2026, 1, 1, 2, 20))
     assert upcoming(spec, utc(2025, 12, 1), 10) == [
