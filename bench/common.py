@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import socket
 import statistics
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -169,3 +173,114 @@ def wait_for(predicate: Callable[[], Any], what: str, timeout: float, interval: 
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+# -- private servers ---------------------------------------------------------------------
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on right now (the kernel's pick)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class PrivatePostgres:
+    """A throw-away PostgreSQL cluster of our own, on a free port, in ``tmp``.
+
+    Same binaries and default settings (fsync and synchronous_commit on) as the
+    machine's server, but nothing else connects to it or restarts it: the
+    benchmark reads its statement counts from it (``pgss=True`` loads
+    pg_stat_statements), and the chaos suite restarts it at will. As root, the
+    server runs as the ``postgres`` user (PostgreSQL refuses to run as root).
+    """
+
+    def __init__(self, tmp: Path, *, pgss: bool = True, max_connections: int = 200) -> None:
+        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
+        initdb = shutil.which("initdb") or (str(bins[-1]) if bins else None)
+        if initdb is None:
+            raise SystemExit("no initdb found: install PostgreSQL's server binaries or pass --pg shared")
+        self.bindir = Path(initdb).parent
+        self.datadir = tmp / "pg"
+        self.datadir.mkdir()
+        self.prefix: list[str] = []
+        if os.geteuid() == 0:
+            shutil.chown(tmp, "postgres")
+            shutil.chown(self.datadir, "postgres")
+            self.prefix = ["runuser", "-u", "postgres", "--"]
+        self.port = free_port()
+        self._run("initdb", "-D", str(self.datadir), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
+        self.opts = f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1"
+        self.opts += f" -c max_connections={max_connections}"
+        if pgss:
+            self.opts += " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all"
+        self.start()
+        self.url = f"postgres://postgres@127.0.0.1:{self.port}"
+        if pgss:
+            with psycopg.connect(f"postgresql://postgres@127.0.0.1:{self.port}/postgres", autocommit=True) as conn:
+                conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+
+    def _run(self, tool: str, *args: str) -> None:
+        done = subprocess.run([*self.prefix, str(self.bindir / tool), *args], capture_output=True)
+        if done.returncode:
+            raise subprocess.CalledProcessError(done.returncode, [tool, *args], done.stdout, done.stderr)
+
+    def start(self) -> None:
+        log = str(self.datadir / "server.log")
+        self._run("pg_ctl", "-D", str(self.datadir), "-o", self.opts, "-l", log, "-w", "start")
+
+    def restart(self, mode: str = "immediate") -> None:
+        """Stop (``immediate``: like a crash, every connection cut, no checkpoint) and start again."""
+        self._run("pg_ctl", "-D", str(self.datadir), "-m", mode, "-w", "stop")
+        self.start()
+
+    def stop(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", str(self.datadir), "-m", "fast", "-w", "stop")
+        except subprocess.CalledProcessError as exc:
+            print(f"could not stop the private PostgreSQL: {exc.stderr!r}", file=sys.stderr)
+
+
+class PrivateRedis:
+    """A ``redis-server`` of our own on a free port, without persistence: a restart loses every key."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.binary = shutil.which("redis-server")
+        if self.binary is None:
+            raise SystemExit("no redis-server found: install Redis")
+        self.port = free_port()
+        self.log = tmp / "redis.log"
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.start()
+
+    def start(self) -> None:
+        import redis
+
+        args = [str(self.binary), "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        client = redis.Redis.from_url(self.url)
+        wait_for(lambda: _pings(client), f"redis-server on port {self.port}", timeout=30)
+
+    def kill(self) -> None:
+        """SIGKILL the server (no shutdown, no save)."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def restart(self) -> None:
+        self.kill()
+        self.start()
+
+    def stop(self) -> None:
+        self.kill()
+
+
+def _pings(client: Any) -> bool:
+    import redis
+
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False

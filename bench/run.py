@@ -33,6 +33,8 @@ from typing import Any
 
 import psycopg
 
+from bench.common import PrivatePostgres
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 PY = sys.executable
@@ -308,53 +310,6 @@ class Harness:
 
 
 # -- databases, Redis, machine ---------------------------------------------------------
-class PrivatePostgres:
-    """A throw-away PostgreSQL cluster of the benchmark's own, with pg_stat_statements loaded.
-
-    Same binaries and default settings (fsync and synchronous_commit on) as the
-    machine's server, but nothing else connects to it or restarts it, and the
-    statement counts come from the database's own statistics.
-    """
-
-    def __init__(self, tmp: Path) -> None:
-        bins = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"))
-        initdb = shutil.which("initdb") or (str(bins[-1]) if bins else None)
-        if initdb is None:
-            raise SystemExit("no initdb found: install PostgreSQL's server binaries or pass --pg shared")
-        self.bindir = Path(initdb).parent
-        self.datadir = tmp / "pg"
-        self.datadir.mkdir()
-        self.prefix: list[str] = []
-        if os.geteuid() == 0:  # PostgreSQL refuses to run as root
-            shutil.chown(tmp, "postgres")
-            shutil.chown(self.datadir, "postgres")
-            self.prefix = ["runuser", "-u", "postgres", "--"]
-        import socket
-
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self._run("initdb", "-D", str(self.datadir), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync")
-        opts = (
-            f"-p {self.port} -k {self.datadir} -c listen_addresses=127.0.0.1 "
-            "-c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all "
-            "-c max_connections=200"
-        )
-        self._run("pg_ctl", "-D", str(self.datadir), "-o", opts, "-l", str(self.datadir / "server.log"), "-w", "start")
-        self.url = f"postgres://postgres@127.0.0.1:{self.port}"
-        with psycopg.connect(f"postgresql://postgres@127.0.0.1:{self.port}/postgres", autocommit=True) as conn:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-
-    def _run(self, tool: str, *args: str) -> None:
-        subprocess.run([*self.prefix, str(self.bindir / tool), *args], check=True, capture_output=True)
-
-    def stop(self) -> None:
-        try:
-            self._run("pg_ctl", "-D", str(self.datadir), "-m", "fast", "-w", "stop")
-        except subprocess.CalledProcessError as exc:
-            print(f"could not stop the private PostgreSQL: {exc.stderr!r}", file=sys.stderr)
-
-
 def pg_url(url: str) -> str:
     return "postgresql://" + url.split("://", 1)[1] if url.startswith("postgres://") else url
 

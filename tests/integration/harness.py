@@ -127,6 +127,8 @@ def database_url() -> str:
 class Cluster:
     """Worker and beat subprocesses of one test, a sweeper thread, and the step log."""
 
+    settings_module = "tests.integration.settings"  # of the subprocesses
+
     def __init__(self, tmp: Path, broker: str, durable_extra: dict[str, Any]) -> None:
         self.tmp = tmp
         self.broker = broker
@@ -140,7 +142,7 @@ class Cluster:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_", "DJANGO_SETTINGS"))}
         env.update(
-            DJANGO_SETTINGS_MODULE="tests.integration.settings",
+            DJANGO_SETTINGS_MODULE=self.settings_module,
             DATABASE_URL=database_url(),
             CELERY_BROKER_URL=self.broker,
             PYTHONUNBUFFERED="1",
@@ -151,14 +153,18 @@ class Cluster:
         env[LOG_ENV] = str(self.log)
         return env
 
-    def _spawn(self, name: str, args: list[str], *, ready: bool, env: dict[str, str] | None = None) -> Proc:
+    def _spawn(
+        self, name: str, args: list[str], *, ready: bool, env: dict[str, str] | None = None, module: str = "celery"
+    ) -> Proc:
+        """Start ``python -m <module> <args>`` (by default ``celery -A tests.integration.celery_app``)."""
         log = self.tmp / f"{name}.log"
         env = {**self.env(), **(env or {})}
         ready_file = None
         if ready:
             ready_file = self.tmp / f"{name}.ready"
             env[READY_ENV] = str(ready_file)
-        cmd = [sys.executable, "-m", "celery", "-A", "tests.integration.celery_app", *args]
+        app = ["-A", "tests.integration.celery_app"] if module == "celery" else []
+        cmd = [sys.executable, "-m", module, *app, *args]
         with open(log, "wb") as out:
             popen = subprocess.Popen(
                 cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -174,6 +180,7 @@ class Cluster:
         *,
         concurrency: int = 2,
         env: dict[str, str] | None = None,
+        pool: str = "threads",
     ) -> Proc:
         queues = tuple(queues)
         proc = self._spawn(
@@ -183,7 +190,7 @@ class Cluster:
                 "-Q",
                 ",".join(queues),
                 "-P",
-                "threads",
+                pool,
                 "-c",
                 str(concurrency),
                 "-n",
