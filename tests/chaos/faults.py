@@ -53,6 +53,7 @@ class Hit:
     recovered_at: float | None = None
     first_progress_at: float | None = None
     settled_before: int = 0
+    wall: str = field(default_factory=lambda: timezone.now().isoformat(timespec="milliseconds"))
 
     def recovery_s(self) -> float | None:
         return None if self.recovered_at is None else round(self.recovered_at - self.at, 2)
@@ -61,6 +62,7 @@ class Hit:
         first = None if self.first_progress_at is None else round(self.first_progress_at - self.at, 2)
         return {
             "kind": self.kind,
+            "at": self.wall,
             "detail": self.detail,
             "steps_hit": len(self.steps),
             "runs_hit": len(self.runs),

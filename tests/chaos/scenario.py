@@ -17,14 +17,13 @@ from typing import Any
 
 from django.db import connections
 
-from durable.engine.vocab import RunStatus
-from durable.models import Run
+from durable.engine.vocab import SETTLED, RunStatus
+from durable.models import Checkpoint, Run
 from tests.chaos.faults import Faults, Recovery, schedule
 from tests.chaos.fleet import ChaosCluster
 from tests.chaos.kinds import KINDS
 from tests.chaos.verify import verify
 from tests.chaos.workload import Plan, Signaller, cancel, plan, retrying, schedule_signals, start
-from tests.integration.harness import wait_until
 
 SETTLE = {"short": 420.0, "long": 900.0}  # hang guard: every run has ended by then
 ENDED = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
@@ -42,9 +41,26 @@ def ended(run_ids: list[str]) -> int:
     return Run.objects.filter(id__in=run_ids, status__in=ENDED).count()
 
 
+def wait_ended(run_ids: list[str], timeout: float) -> str:
+    """Wait (a hang guard) until every run has ended; "" then, else what is still going on."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if retrying("count", lambda: ended(run_ids)) == len(run_ids):
+            return ""
+        time.sleep(1.0)
+    return retrying("report", lambda: progress_report(run_ids))
+
+
 def progress_report(run_ids: list[str]) -> str:
     rows = Run.objects.filter(id__in=run_ids).exclude(status__in=ENDED)
-    return "\n".join(f"{r.id} {r.status} locked_by={r.locked_by} wake={r.wake_at}" for r in rows[:40])
+    lines = []
+    for r in rows[:40]:
+        lines.append(f"{r.id} {r.status} locked_by={r.locked_by} wake={r.wake_at} updated={r.updated_at}")
+        for cp in Checkpoint.objects.filter(run_id=r.id).exclude(status__in=SETTLED).order_by("seq"):
+            lines.append(
+                f"   #{cp.seq} {cp.kind} {cp.name} {cp.status} attempts={cp.attempts} dispatches={cp.dispatches}"
+            )
+    return "\n".join(lines)
 
 
 def run_chaos(
@@ -75,13 +91,7 @@ def run_chaos(
         if not p.cancel_sent:
             cancel(p)
     run_ids = list(the_plan.by_id)
-    wait_until(
-        lambda: retrying("count", lambda: ended(run_ids)) == len(run_ids),
-        "every run to end",
-        timeout=SETTLE[args.mode],
-        diagnostics=lambda: progress_report(run_ids),
-        interval=1.0,
-    )
+    stuck = wait_ended(run_ids, SETTLE[args.mode])
     settled_at = time.monotonic()
     recovery.wait_all(60)
     signaller.stop()
@@ -89,6 +99,8 @@ def run_chaos(
     connections.close_all()
     failures, figures = verify(the_plan)
     failures += extra_failures(faults, signaller, recovery)
+    if stuck:
+        failures.insert(0, f"runs not ended {SETTLE[args.mode]:.0f}s after the last start:\n{stuck}")
     return {
         "mode": args.mode,
         **figures,
