@@ -63,9 +63,10 @@ class ChaosCluster(Cluster):
             return self._spawn_role(role)
 
     def _spawn_role(self, role: str) -> Proc:
-        n = self.restarts.get(role, -1) + 1
-        self.restarts[role] = n
-        name = f"{role}.{n}"
+        # A restarted process keeps its role's name (its Celery node name too), as a
+        # process manager restarts a worker: its log goes on in the same file.
+        self.restarts[role] = self.restarts.get(role, -1) + 1
+        name = role
         if role in TURN_WORKERS or role in REMOTE_WORKERS:
             queues = turn_queues() if role in TURN_WORKERS else ["remote"]
             proc = self.spawn_worker(name, queues, concurrency=CONCURRENCY, pool="prefork")

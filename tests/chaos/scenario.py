@@ -112,6 +112,7 @@ def run_chaos(
         "load_avg_at_faults": loads,
         "workload_s": round(settled_at - t0, 1),
         "process_exits": cluster.exits,
+        "restarts": cluster.restarts,
         "faults": [h.report() for h in recovery.hits],
         "failures": failures,
     }

@@ -165,7 +165,7 @@ class Cluster:
             env[READY_ENV] = str(ready_file)
         app = ["-A", "tests.integration.celery_app"] if module == "celery" else []
         cmd = [sys.executable, "-m", module, *app, *args]
-        with open(log, "wb") as out:
+        with open(log, "ab") as out:  # appended: a process restarted under its name keeps one log
             popen = subprocess.Popen(
                 cmd, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
             )
