@@ -102,3 +102,36 @@ def test_a_client_refuses_bad_input_before_writing(own: tuple[Client, Engine, Re
         == []
     )
     assert transport.turns == []
+
+
+class BrokerDown(Recorder):
+    """A transport whose broker refuses every message (as Redis does while it restarts)."""
+
+    def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
+        raise ConnectionRefusedError("Error 111 connecting to the broker. Connection refused.")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_error_after_the_write_committed_does_not_fail_the_call(
+    own: tuple[Client, Engine, Recorder, FakeClock],
+) -> None:
+    """The broker is a doorbell: once the tables hold the work, a failed announcement is not the caller's error.
+
+    Raising would tell the caller that a signal was not sent when it was: a retry
+    would send it twice. The run is due in the tables, so a sweep takes it.
+    """
+    client, engine, _, clock = own
+    down = Engine(
+        engine.store, BrokerDown(), engine.settings, registry=engine.registry, clock=clock, owner="own-client",
+        keeper=LeaseKeeper(), fleet=AnyFleet(),
+    )  # fmt: skip
+    client = Client(down)
+    run_id = client.start("own.greet", "world", run_id="r1")
+    assert client.get_run(run_id).status == RunStatus.PENDING  # created, and due for any sweep
+    assert down.run_turn(run_id) == RunStatus.SUSPENDED
+    client.signal(run_id, "go", "hello")
+    assert engine.store.due_runs(clock.now(), 10) == [run_id]  # woken in the tables: the sweep's to take
+    assert down.run_turn(run_id) == RunStatus.COMPLETED
+    assert client.get_run(run_id).output == "hello world"  # the signal was taken once
+    client.start("own.greet", "again", run_id="r2")
+    assert client.cancel("r2") is True

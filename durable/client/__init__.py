@@ -19,8 +19,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from django.db import transaction
-
+from durable.client.base import after_commit
 from durable.client.messages import MessagesMixin
 from durable.client.repairs import RepairsMixin
 from durable.engine.current_step import StepInfo
@@ -142,7 +141,7 @@ class Client(MessagesMixin, RepairsMixin):
         payload = to_json(payload, f"payload of signal {name!r}", max_bytes=engine.settings.max_payload_bytes)
         with engine.store.atomic():
             if engine.store.signal(run_id, name, payload, engine.clock.now()):
-                transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
+                after_commit(lambda: engine.transport.dispatch_turn(run_id))
 
     def cancel(self, run_id: str, *, compensate: bool = False) -> bool:
         """Cancel a run and its children (see :func:`durable.cancel`)."""

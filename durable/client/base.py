@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 
 from durable.engine.core import Engine
+
+logger = logging.getLogger("durable.client")
+
+
+def ring(announce: Callable[[], None]) -> None:
+    """Announce work through the transport; a broker error is logged, never raised.
+
+    Called once the tables already hold the work (a pending run, a run woken
+    with ``wake_at`` now), so a failed announcement only leaves it to the next
+    sweep. Raising would tell a caller whose write has committed that it did
+    not happen: a retried signal would then be delivered twice.
+    """
+    try:
+        announce()
+    except Exception:  # the broker is a doorbell: the sweeps deliver what it dropped
+        logger.warning("announcing through the transport failed; the sweeps will take the work up", exc_info=True)
+
+
+def after_commit(announce: Callable[[], None]) -> None:
+    """:func:`ring` once the current transaction commits (at once outside one)."""
+    transaction.on_commit(lambda: ring(announce))
 
 
 class ClientBase:
@@ -30,12 +53,12 @@ class ClientBase:
             with engine.store.atomic():
                 created = engine.store.create_run(fields)
                 if created:
-                    transaction.on_commit(lambda: engine.transport.dispatch_turn(run_id))
+                    after_commit(lambda: engine.transport.dispatch_turn(run_id))
             return created
         if not engine.transport.takes_leased_runs():
             created = engine.store.create_run(fields)
             if created:
-                engine.transport.dispatch_turn(run_id)
+                ring(lambda: engine.transport.dispatch_turn(run_id))
             return created
         now = engine.clock.now()
         run = engine.store.create_leased_run(fields, engine.owner, now, now + timedelta(seconds=engine.settings.lease))
@@ -52,4 +75,4 @@ class ClientBase:
                 for rid in run_ids:
                     transport.dispatch_turn(rid)
 
-            transaction.on_commit(dispatch)
+            after_commit(dispatch)
