@@ -120,5 +120,13 @@ def verify(plan: Plan) -> tuple[list[str], dict[str, Any]]:
         "executions": len(rows),
         "steps_run_twice": sum(1 for n in by_seq.values() if n > 1) + sum(1 for n in by_name.values() if n > 1),
         "most_executions_of_one_step": max([*by_seq.values(), *by_name.values(), 0]),
+        "slowest_runs_s": slowest(run_ids),
     }
     return failures, figures
+
+
+def slowest(run_ids: set[str], n: int = 5) -> dict[str, float]:
+    """The ``n`` runs that took longest from creation to their end (a lost wake shows here)."""
+    ended = Run.objects.filter(id__in=run_ids, finished_at__isnull=False).values_list("id", "created_at", "finished_at")
+    took = sorted(((f - c).total_seconds(), rid) for rid, c, f in ended)[-n:]
+    return {rid: round(s, 1) for s, rid in reversed(took)}
