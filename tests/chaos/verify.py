@@ -125,8 +125,22 @@ def verify(plan: Plan) -> tuple[list[str], dict[str, Any]]:
     return failures, figures
 
 
-def slowest(run_ids: set[str], n: int = 5) -> dict[str, float]:
-    """The ``n`` runs that took longest from creation to their end (a lost wake shows here)."""
+def slowest(run_ids: set[str], n: int = 5) -> dict[str, Any]:
+    """The ``n`` runs that took longest from creation to their end, with their history's times
+    (a wake lost and left to the reconcile shows here)."""
     ended = Run.objects.filter(id__in=run_ids, finished_at__isnull=False).values_list("id", "created_at", "finished_at")
-    took = sorted(((f - c).total_seconds(), rid) for rid, c, f in ended)[-n:]
-    return {rid: round(s, 1) for s, rid in reversed(took)}
+    took = sorted(((f - c).total_seconds(), rid, c) for rid, c, f in ended)[-n:]
+    out: dict[str, Any] = {}
+    for seconds, rid, created in reversed(took):
+        history = Checkpoint.objects.filter(run_id=rid).order_by("seq")
+        out[rid] = {
+            "seconds": round(seconds, 1),
+            "history": [
+                f"#{cp.seq} {cp.kind} {cp.name} {cp.status} attempts={cp.attempts} "
+                f"ended=+{(cp.finished_at - created).total_seconds():.1f}s"
+                if cp.finished_at
+                else f"#{cp.seq} {cp.kind} {cp.name} {cp.status}"
+                for cp in history
+            ],
+        }
+    return out
