@@ -109,8 +109,19 @@ class Advertiser:
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
+        """Advertise now and keep advertising; never raises.
+
+        A worker may start while the database is down (restarting): its first
+        advertisement then fails, and the heartbeat advertises it once the
+        database is back. Without the heartbeat the worker would serve its
+        queues unadvertised, and every run needing one of its steps would be
+        parked ``blocked`` for good.
+        """
         now = self._clock.now()
-        self._store.advertise(self._descriptor(), now, now + timedelta(seconds=self._ttl))
+        try:
+            self._store.advertise(self._descriptor(), now, now + timedelta(seconds=self._ttl))
+        except Exception:
+            logger.warning("fleet advertisement failed; the heartbeat will retry", exc_info=True)
         self._thread = threading.Thread(target=self._beat, name="durable-fleet", daemon=True)
         self._thread.start()
 

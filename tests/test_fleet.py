@@ -92,3 +92,46 @@ def test_durable_workers_command_lists_the_live_fleet(capsys):
     call_command("durable_workers", "--steps")
     out = capsys.readouterr().out
     assert "host:1:abc" in out and "queues=durable,ledger" in out and "ledger.post" in out
+
+
+class FlakyFleetStore:
+    """A store whose first advertisement fails (the database is still starting up), then works."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.calls = 0
+        self.advertised = threading.Event()
+
+    def advertise(self, desc: dict, now: object, expires: object) -> None:
+        self.calls += 1
+        if self.calls == 1:
+            from django.db import OperationalError
+
+            raise OperationalError("FATAL:  the database system is starting up")
+        self.advertised.set()
+
+    def refresh_worker(self, worker_id: str, now: object, expires: object) -> bool:
+        return False  # no descriptor yet: the heartbeat advertises it
+
+    def retire_worker(self, worker_id: str) -> None:
+        return None
+
+
+def test_a_worker_that_starts_while_the_database_is_down_advertises_once_it_is_back():
+    """Found by the chaos suite: the first advertisement failed, so its heartbeat never started.
+
+    The worker then served its queues without a descriptor, and every run that
+    needed one of its steps was blocked (``no_capable_worker``) for good.
+    """
+    from durable.engine.clock import SystemClock
+    from durable.fleet import Advertiser
+
+    store = FlakyFleetStore()
+    advertiser = Advertiser(store, "w1", ["remote"], 0.3, registry=runtime.registry, clock=SystemClock())
+    advertiser.start()  # must not raise: the worker goes on starting
+    try:
+        assert store.advertised.wait(60), "the heartbeat never advertised the worker"
+    finally:
+        advertiser.stop()
+    assert store.calls >= 2
