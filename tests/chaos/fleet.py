@@ -93,7 +93,8 @@ class ChaosCluster(Cluster):
             with self._lock:
                 for role, proc in list(self.roles.items()):
                     if role not in self._down and not proc.alive():
-                        last = (proc.output(200).strip().splitlines() or ["?"])[-1]
+                        lines = proc.output(400).strip().splitlines() or ["?"]
+                        last = ([line for line in lines if "CRITICAL" in line] or lines)[-1]
                         self.exits.append(f"{proc.name} exited with {proc.popen.returncode}: {last[:200]}")
                         self._spawn_role(role)
 
