@@ -43,6 +43,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--exclude", default="", help="chaos: fault kinds not to inject, comma-separated")
     parser.add_argument("--minutes", type=float, default=10.0, help="soak: how long to start runs")
     parser.add_argument("--rate", type=float, default=2.0, help="soak: runs started per second")
+    parser.add_argument(
+        "--durable", default="{}", help='DURABLE options on top of the suite\'s, as JSON: \'{"STEP_LEASE": "10s"}\''
+    )
     parser.add_argument("--out", type=Path, required=True, help="the JSON report")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     return parser.parse_args(argv)
@@ -64,13 +67,13 @@ def services(tmp: Path) -> tuple[Any, Any, str]:
     return pg, redis, f"{pg.url}/chaos"
 
 
-def setup_django(db_url: str, broker: str) -> None:
-    from tests.integration.common import BROKER_ENV, SESSION_ENV
+def setup_django(db_url: str, broker: str, durable: str) -> None:
+    from tests.integration.common import BROKER_ENV, SESSION_ENV, SETTINGS_ENV
 
     os.environ.update(
         DATABASE_URL=db_url,
         DJANGO_SETTINGS_MODULE="tests.chaos.settings",
-        **{BROKER_ENV: broker, SESSION_ENV: f"chaos-{os.getpid()}"},
+        **{BROKER_ENV: broker, SESSION_ENV: f"chaos-{os.getpid()}", SETTINGS_ENV: durable},
     )
     import django
 
@@ -101,12 +104,13 @@ def main(argv: list[str]) -> int:
     pg = redis = cluster = None
     try:
         pg, redis, db_url = services(tmp)
-        setup_django(db_url, redis.url)
+        setup_django(db_url, redis.url, args.durable)
+        report["durable_options"] = json.loads(args.durable)
         from tests.chaos.fleet import ChaosCluster
 
         procs = tmp / "procs"
         procs.mkdir()
-        cluster = ChaosCluster(procs, redis.url, {})
+        cluster = ChaosCluster(procs, redis.url, json.loads(args.durable))
         cluster.start_all(args.fleet)
         report["fleet"] = args.fleet
         if args.what == "chaos":
