@@ -44,17 +44,20 @@ SCHEDULE_PERMISSIONS: dict[str, tuple[str, str]] = {
 class AuditEntry(models.Model):
     """One operator action (admin or API) on one or more runs, with its outcome."""
 
-    VIA_CHOICES = (("admin", "admin"), ("api", "api"))
+    VIA_CHOICES = (("admin", "admin"), ("api", "api"), ("cli", "command line"))
 
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL)
-    username = models.CharField(max_length=150, blank=True, help_text="Kept if the user is deleted.")
+    username = models.CharField(
+        max_length=150, blank=True, help_text="Kept if the user is deleted; the OS user for the command line."
+    )
     via = models.CharField(max_length=8, choices=VIA_CHOICES)
     action = models.CharField(max_length=32, db_index=True)
     run_ids = models.JSONField(default=list, blank=True)
     params = models.JSONField(default=dict, blank=True)
     results = models.JSONField(default=list, blank=True)
     ok = models.BooleanField(default=True, help_text="True when the action succeeded on every run.")
+    reason = models.TextField(blank=True, default="", help_text="Why the operator did it (optional).")
 
     class Meta:
         ordering = ("-created_at", "-id")

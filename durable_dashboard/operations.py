@@ -153,24 +153,48 @@ def _clip(value: Any, limit: int = 4000) -> Any:
 
 
 def audit(
-    user: Any, via: str, action: str, run_ids: list[str], params: dict[str, Any], outcomes: list[Outcome]
+    user: Any,
+    via: str,
+    action: str,
+    run_ids: list[str],
+    params: dict[str, Any],
+    outcomes: list[Outcome],
+    *,
+    reason: str = "",
+    username: str | None = None,
 ) -> AuditEntry:
-    """Write one audit entry for ``action`` on ``run_ids``."""
+    """Write one audit entry for ``action`` on ``run_ids``.
+
+    ``username`` names who acted when there is no Django user (the OS user of a
+    management command); otherwise it is the user's own.
+    """
     authenticated = bool(user and getattr(user, "is_authenticated", False))
+    if username is None:
+        username = user.get_username() if authenticated else ""
     return AuditEntry.objects.create(
         user=user if authenticated else None,
-        username=user.get_username() if authenticated else "",
+        username=username[:150],
         via=via,
         action=action,
         run_ids=run_ids,
         params=_clip(params),
         results=[{"run_id": o.run_id, "ok": o.ok, "message": o.message[:500], "code": o.code} for o in outcomes],
         ok=all(o.ok for o in outcomes),
+        reason=reason,
     )
 
 
-def perform(action: str, run_ids: Iterable[str], params: dict[str, Any], *, user: Any, via: str) -> list[Outcome]:
-    """Apply ``action`` to each run, one service call per run, and audit the whole batch."""
+def perform(
+    action: str,
+    run_ids: Iterable[str],
+    params: dict[str, Any],
+    *,
+    user: Any,
+    via: str,
+    reason: str = "",
+    username: str | None = None,
+) -> list[Outcome]:
+    """Apply ``action`` to each run, one service call per run, and audit the whole batch with ``reason``."""
     fn = RUN_ACTIONS[action]
     ids = list(run_ids)
     outcomes = []
@@ -180,11 +204,11 @@ def perform(action: str, run_ids: Iterable[str], params: dict[str, Any], *, user
             outcomes.append(Outcome(run_id, True, message, result))
         except DurableError as exc:
             outcomes.append(Outcome(run_id, False, str(exc), None, error_code(exc), exc))
-    audit(user, via, action, ids, params, outcomes)
+    audit(user, via, action, ids, params, outcomes, reason=reason, username=username)
     return outcomes
 
 
-def start(params: dict[str, Any], *, user: Any, via: str) -> Outcome:
+def start(params: dict[str, Any], *, user: Any, via: str, username: str | None = None) -> Outcome:
     """Start a run with :func:`durable.start` (idempotent on ``run_id``) and audit it."""
     kwargs = {k: params[k] for k in ("run_id", "tags", "namespace", "search_attributes", "priority") if k in params}
     try:
@@ -192,5 +216,5 @@ def start(params: dict[str, Any], *, user: Any, via: str) -> Outcome:
         outcome = Outcome(run_id, True, "started", {"run_id": run_id})
     except DurableError as exc:
         outcome = Outcome(params.get("run_id") or "", False, str(exc), None, error_code(exc), exc)
-    audit(user, via, "start", [outcome.run_id] if outcome.run_id else [], params, [outcome])
+    audit(user, via, "start", [outcome.run_id] if outcome.run_id else [], params, [outcome], username=username)
     return outcome

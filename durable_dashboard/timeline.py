@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from durable.display import format_duration
 from durable.engine.vocab import EVENT_TOKEN, RUN_TOKEN, UNSETTLED, UPDATE_TOKEN
 from durable.models import ACTIVE, Checkpoint, CheckpointKind, CheckpointStatus, Run
 
@@ -46,22 +47,8 @@ def tracebacks(value: Any, path: str = "error") -> list[tuple[str, str]]:
 
 
 def human(delta: timedelta | None) -> str:
-    """``1.234s``, ``12m 3s``, ``2d 4h``."""
-    if delta is None:
-        return ""
-    seconds = delta.total_seconds()
-    if seconds < 0:
-        return "-" + human(-delta)
-    if seconds < 60:
-        return f"{seconds:.3f}s" if seconds < 10 else f"{seconds:.1f}s"
-    minutes, sec = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days}d {hours}h"
-    if hours:
-        return f"{hours}h {minutes}m"
-    return f"{minutes}m {sec}s"
+    """A duration as everywhere else in the admin and the commands (:func:`durable.display.format_duration`)."""
+    return format_duration(delta)
 
 
 @dataclass
