@@ -13,19 +13,24 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.db.models.fields.json import KT
+from django.db.models.functions import Substr
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
+from django.utils.text import format_lazy
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from durable import runtime
 from durable.exceptions import DurableError
-from durable.models import ACTIVE, TERMINAL, Run, RunStatus
-from durable_dashboard import conf, operations, summary, timeline
+from durable.models import ACTIVE, TERMINAL, CheckpointKind, Run, RunStatus
+from durable_dashboard import admin_pages, conf, operations, summary, timeline
 from durable_dashboard.admin_filters import (
     CreatedFilter,
     NamespaceFilter,
@@ -40,6 +45,7 @@ from durable_dashboard.forms import form_for
 from durable_dashboard.models import AuditEntry, NamespaceGrant
 from durable_dashboard.paginator import EstimatedCountPaginator
 from durable_dashboard.permissions import allowed_namespaces, can, visible_runs
+from durable_dashboard.templatetags.durable_admin import dtime
 
 #: Admin actions on runs, in menu order.
 ADMIN_ACTIONS = ("requeue", "redispatch", "cancel", "cancel_compensate", "retry", "signal", "republish")
@@ -53,6 +59,8 @@ OFFERED_WHEN = {
     "signal": ACTIVE,
     "republish": TERMINAL,
 }
+ERROR_PREVIEW = 80
+ID_WIDTH = 24
 LIST_FIELDS = ("id", "workflow", "version", "status", "namespace", "tags", "created_at", "started_at", "finished_at")
 
 
@@ -101,15 +109,20 @@ def report(request: HttpRequest, action: str, outcomes: list[operations.Outcome]
     done = [o for o in outcomes if o.ok]
     failed = [o for o in outcomes if not o.ok]
     if done:
-        details = "; ".join(f"{o.run_id}: {o.message}" for o in done[:10])
-        more = f" (and {len(done) - 10} more)" if len(done) > 10 else ""
-        messages.success(request, f"{label}: done for {len(done)} run(s). {details}{more}")
+        text = gettext("%(label)s: done for %(count)d run(s). %(details)s")
+        messages.success(request, text % {"label": label, "count": len(done), "details": _details(done)})
     if failed:
-        details = "; ".join(f"{o.run_id}: {o.message}" for o in failed[:10])
-        more = f" (and {len(failed) - 10} more)" if len(failed) > 10 else ""
-        messages.error(request, f"{label}: failed for {len(failed)} run(s). {details}{more}")
+        text = gettext("%(label)s: failed for %(count)d run(s). %(details)s")
+        messages.error(request, text % {"label": label, "count": len(failed), "details": _details(failed)})
     if not outcomes:
-        messages.warning(request, f"{label}: no run selected.")
+        messages.warning(request, gettext("%(label)s: no run selected.") % {"label": label})
+
+
+def _details(outcomes: list[operations.Outcome], shown: int = 10) -> str:
+    details = "; ".join(f"{o.run_id}: {o.message}" for o in outcomes[:shown])
+    if len(outcomes) > shown:
+        details += " " + gettext("(and %(count)d more)") % {"count": len(outcomes) - shown}
+    return details
 
 
 def lifecycle_context(run: Run, visible: QuerySet[Run]) -> dict[str, Any]:
@@ -148,12 +161,16 @@ def previous_in_chain(run_id: str) -> list[str]:
 
 
 class RunChangeList(ChangeList):
-    """The run list loads only the columns it shows (never the JSON payloads)."""
+    """The run list loads only the columns it shows: of the error, its code and the start of its message."""
 
     durable_capped = False  # the paginator's count is a lower bound (see EstimatedCountPaginator)
+    durable_live = False  # something on the page is active: the page refreshes itself
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Run]:
-        return super().get_queryset(request, exclude_parameters).only(*LIST_FIELDS)
+        queryset: QuerySet[Run] = super().get_queryset(request, exclude_parameters).only(*LIST_FIELDS)
+        return queryset.annotate(
+            error_code=KT("error__code"), error_start=Substr(KT("error__message"), 1, ERROR_PREVIEW)
+        )
 
 
 def _bulk_action(action: str) -> Any:
@@ -161,12 +178,24 @@ def _bulk_action(action: str) -> Any:
         return modeladmin.bulk(request, queryset, action)
 
     run_action.__name__ = f"{action}_selected"
-    return admin.action(description=f"{operations.LABELS[action]} (selected runs)", permissions=[action])(run_action)
+    description = format_lazy("{} ({})", operations.LABELS[action], _("selected runs"))
+    return admin.action(description=description, permissions=[action])(run_action)
 
 
 @admin.register(Run)
 class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
-    list_display = ("id", "workflow", "version", "status_col", "namespace", "tags_col", "created_at", "duration_col")
+    list_display = (
+        "id_col",
+        "status_col",
+        "workflow",
+        "error_col",
+        "version",
+        "namespace",
+        "tags_col",
+        "created_col",
+        "duration_col",
+    )
+    list_display_links = ("id_col",)
     list_filter = (
         StatusFilter,
         WorkflowFilter,
@@ -177,9 +206,9 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         UpdatedFilter,
     )
     search_fields = ("id",)
-    search_help_text = "An exact run id, else a workflow name, else a tag."
+    search_help_text = _("An exact run id, else a workflow name, else a tag.")
     ordering = ("-created_at",)
-    sortable_by = ("id", "created_at")
+    sortable_by = ("id_col", "created_col")
     show_full_result_count = False
     paginator = EstimatedCountPaginator
     list_per_page = 50
@@ -195,6 +224,10 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         return search(queryset, search_term), False
 
     # -- list columns -------------------------------------------------------------------
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra = {"durable_can_start": can(request.user, "start"), "durable_live_interval": conf.get("LIVE_INTERVAL")}
+        return super().changelist_view(request, {**extra, **(extra_context or {})})
+
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return RunChangeList
 
@@ -202,17 +235,35 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         cl = super().get_changelist_instance(request)
         if isinstance(cl, RunChangeList):
             cl.durable_capped = getattr(cl.paginator, "is_capped", False)
+            cl.durable_live = any(run.status in ACTIVE for run in cl.result_list)
         return cl
 
-    @admin.display(description="status", ordering="status")
+    @admin.display(description=_("id"), ordering="id")
+    def id_col(self, run: Run) -> str:
+        short = run.id if len(run.id) <= ID_WIDTH else run.id[: ID_WIDTH - 1] + "…"
+        return format_html('<span class="durable-id" title="{}">{}</span>', run.id, short)
+
+    @admin.display(description=_("error"))
+    def error_col(self, run: Run) -> str:
+        code = getattr(run, "error_code", None)
+        start = getattr(run, "error_start", None)
+        if not code and not start:
+            return ""
+        return format_html('<span class="durable-err-cell" title="{}"><code>{}</code> {}</span>', start, code, start)
+
+    @admin.display(description=_("created"), ordering="created_at")
+    def created_col(self, run: Run) -> str:
+        return dtime(run.created_at)
+
+    @admin.display(description=_("status"), ordering="status")
     def status_col(self, run: Run) -> str:
         return status_badge(run.status)
 
-    @admin.display(description="tags")
+    @admin.display(description=_("tags"))
     def tags_col(self, run: Run) -> str:
         return ", ".join(run.tags or [])
 
-    @admin.display(description="duration")
+    @admin.display(description=_("duration"))
     def duration_col(self, run: Run) -> str:
         if not run.started_at:
             return ""
@@ -223,6 +274,9 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         wrap = self.admin_site.admin_view
         return [
             path("summary/", wrap(self.summary_view), name="durable_run_summary"),
+            path("start/", wrap(self.start_view), name="durable_run_start"),
+            path("workers/", wrap(self.workers_view), name="durable_run_workers"),
+            path("<path:object_id>/download/", wrap(self.download_view), name="durable_run_download"),
             path("<path:object_id>/act/<str:action>/", wrap(self.act_view), name="durable_run_act"),
             *super().get_urls(),
         ]
@@ -241,7 +295,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
             **self.admin_site.each_context(request),
             **self.detail_context(request, run),
             "opts": self.opts,
-            "title": f"Run {run.id}",
+            "title": gettext("Run %(id)s") % {"id": run.id},
             "subtitle": None,
         }
         return TemplateResponse(request, "durable_dashboard/admin/run_detail.html", context)
@@ -261,15 +315,11 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         )
         now = runtime.now()
         error = run.error if isinstance(run.error, dict) else None
-        actions = []
-        for action in ADMIN_ACTIONS:
-            if run.status in OFFERED_WHEN[action] and can(request.user, action):
-                form_class = form_for(action)
-                initial = {"input": run.input} if action == "retry" else {}
-                actions.append(
-                    {"name": action, "label": operations.LABELS[action], "form": form_class(initial=initial)}
-                )
+        waiting = timeline.waiting_on(run, checkpoints, waiters, children)
         return {
+            "actions": self.offered_actions(request, run, waiting),
+            "waiting_on": waiting,
+            "audit_entries": admin_pages.run_audit(run.id),
             "run": run,
             "status_badge": status_badge(run.status),
             "is_active": run.status in ACTIVE,
@@ -278,9 +328,13 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
             "error_json": timeline.pretty(timeline.without_tracebacks(error)) if error else None,
             "tracebacks": timeline.tracebacks(error) if error else [],
             "search_attributes_json": timeline.pretty(run.search_attributes),
-            "checkpoints": [(cp, timeline.pretty(cp.output), timeline.pretty(cp.error)) for cp in checkpoints],
+            "checkpoints": [
+                (cp, timeline.pretty(cp.output), timeline.pretty(cp.error), timeline.took(cp, now))
+                for cp in checkpoints
+            ],
+            "live_interval": conf.get("LIVE_INTERVAL"),
             "timeline": timeline.build_timeline(run, checkpoints, now),
-            "waiting_on": timeline.waiting_on(run, checkpoints, waiters, children),
+            "next_wake": timeline.next_wake(run, checkpoints),
             "buffered_signals": [(sig, timeline.pretty(sig.payload)) for sig in run.buffered_signals.order_by("id")],
             "children": children,
             "parent": parent,
@@ -288,61 +342,39 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
             "retries": retries,
             "continued_to": continued_to,
             "continued_from": continued_from,
-            "actions": actions,
             **lifecycle_context(run, visible),
         }
 
-    # -- actions ------------------------------------------------------------------------
+    def offered_actions(self, request: HttpRequest, run: Run, waiting: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The actions this user may take on this run now; the signal form names the awaited signal."""
+        awaited = next((w["what"] for w in waiting if w["kind"] == CheckpointKind.SIGNAL), None)
+        initial = {"retry": {"input": run.input}, "signal": {"name": awaited} if awaited else {}}
+        return [
+            {
+                "name": action,
+                "label": operations.LABELS[action],
+                "form": form_for(action)(initial=initial.get(action, {})),
+                "confirm": action in admin_pages.CONFIRMED,
+            }
+            for action in ADMIN_ACTIONS
+            if run.status in OFFERED_WHEN[action] and can(request.user, action)
+        ]
+
+    # -- actions and pages (durable_dashboard.admin_pages) -----------------------------------
     def act_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
-        """POST from the detail page: one action on one run."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        if action not in ADMIN_ACTIONS:
-            raise Http404("Unknown action.")
-        run_id = unquote(object_id)
-        if not storable(run_id) or not self.get_queryset(request).filter(pk=run_id).exists():
-            raise Http404("No run with that id (or not in your namespaces).")
-        if not can(request.user, action):
-            raise PermissionDenied
-        back = HttpResponseRedirect(reverse("admin:durable_run_change", args=[quote(run_id)]))
-        form = form_for(action)(request.POST)
-        if not form.is_valid():
-            errors = "; ".join(f"{field}: {' '.join(map(str, errs))}" for field, errs in form.errors.items())
-            messages.error(request, f"{operations.LABELS[action]}: {errors}")
-            return back
-        outcomes = operations.perform(action, [run_id], dict(form.cleaned_data), user=request.user, via="admin")
-        report(request, action, outcomes)
-        for outcome in outcomes:
-            new_id = (outcome.result or {}).get("new_run_id") if isinstance(outcome.result, dict) else None
-            if new_id:
-                return HttpResponseRedirect(reverse("admin:durable_run_change", args=[quote(new_id)]))
-        return back
+        return admin_pages.act_view(self, request, object_id, action)
 
     def bulk(self, request: HttpRequest, queryset: QuerySet[Run], action: str) -> Any:
-        """An admin action on the selected runs (bounded); signal and retry ask for their parameters first."""
-        limit = int(conf.get("BULK_LIMIT"))
-        run_ids = list(queryset.order_by("-created_at").values_list("id", flat=True)[: limit + 1])
-        if len(run_ids) > limit:
-            messages.warning(request, f"Only the newest {limit} of the selected runs were processed.")
-            run_ids = run_ids[:limit]
-        form_class = form_for(action)
-        params: dict[str, Any] = {}
-        if form_class.base_fields:
-            form = form_class(request.POST) if "apply" in request.POST else form_class()
-            if not form.is_bound or not form.is_valid():
-                context = {
-                    **self.admin_site.each_context(request),
-                    "opts": self.opts,
-                    "title": operations.LABELS[action],
-                    "action": f"{action}_selected",
-                    "run_ids": run_ids,
-                    "form": form,
-                    "select_across": request.POST.get("select_across", "0"),
-                }
-                return TemplateResponse(request, "durable_dashboard/admin/action_form.html", context)
-            params = dict(form.cleaned_data)
-        report(request, action, operations.perform(action, run_ids, params, user=request.user, via="admin"))
-        return None
+        return admin_pages.bulk(self, request, queryset, action)
+
+    def start_view(self, request: HttpRequest) -> HttpResponse:
+        return admin_pages.start_view(self, request)
+
+    def workers_view(self, request: HttpRequest) -> HttpResponse:
+        return admin_pages.workers_view(self, request)
+
+    def download_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return admin_pages.download_view(self, request, object_id)
 
     # -- summary ------------------------------------------------------------------------
     def summary_view(self, request: HttpRequest) -> HttpResponse:
@@ -355,7 +387,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         context = {
             **self.admin_site.each_context(request),
             "opts": self.opts,
-            "title": "Runs: summary",
+            "title": gettext("Runs: summary"),
             "data": data,
             "chart": summary.time_chart(data),
             "statuses": summary.status_chart(data),
@@ -378,23 +410,34 @@ for _action in ADMIN_ACTIONS:
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
-    list_display = ("created_at", "username", "via", "action", "runs_col", "ok")
+    list_display = ("created_at", "username", "via", "action", "runs_col", "reason", "ok")
     list_filter = ("via", "action", "ok")
     search_fields = ("username", "action")
-    fields = ("created_at", "username", "user", "via", "action", "ok", "runs_list", "params", "results_table")
+    fields = (
+        "created_at",
+        "username",
+        "user",
+        "via",
+        "action",
+        "reason",
+        "ok",
+        "runs_list",
+        "params",
+        "results_table",
+    )
     readonly_fields = fields
     show_full_result_count = False
 
-    @admin.display(description="runs")
+    @admin.display(description=_("runs"))
     def runs_col(self, entry: AuditEntry) -> str:
         ids = entry.run_ids or []
         return ", ".join(ids[:3]) + (f" (+{len(ids) - 3})" if len(ids) > 3 else "")
 
-    @admin.display(description="runs")
+    @admin.display(description=_("runs"))
     def runs_list(self, entry: AuditEntry) -> str:
         return ", ".join(entry.run_ids or [])
 
-    @admin.display(description="results")
+    @admin.display(description=_("results"))
     def results_table(self, entry: AuditEntry) -> str:
         rows = format_html_join(
             "",

@@ -16,6 +16,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
+from django.utils.translation import gettext_lazy as _
 
 from durable.models import RUN_STATUS_CHOICES, Run
 from durable.runtime import registry
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 
 class StatusFilter(admin.SimpleListFilter):
-    title = "status"
+    title = _("status")
     parameter_name = "status"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, StrOrPromise]]:
@@ -39,7 +40,7 @@ class StatusFilter(admin.SimpleListFilter):
 class WorkflowFilter(admin.SimpleListFilter):
     """Registered workflows (names known to this process)."""
 
-    title = "workflow"
+    title = _("workflow")
     parameter_name = "workflow"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
@@ -77,7 +78,7 @@ class InputFilter(admin.SimpleListFilter):
 
 
 class NamespaceFilter(InputFilter):
-    title = "namespace"
+    title = _("namespace")
     parameter_name = "namespace"
     placeholder = "default"
 
@@ -86,7 +87,7 @@ class NamespaceFilter(InputFilter):
 
 
 class VersionFilter(InputFilter):
-    title = "version"
+    title = _("version")
     parameter_name = "version"
     placeholder = "1"
 
@@ -100,7 +101,7 @@ class VersionFilter(InputFilter):
 
 
 class TagFilter(InputFilter):
-    title = "tag"
+    title = _("tag")
     parameter_name = "tag"
     placeholder = "a tag"
 
@@ -127,6 +128,15 @@ def _parse_when(value: str) -> datetime:
         return to_utc(when)
     except (ValueError, OverflowError) as exc:
         raise IncorrectLookupParameters(str(exc)) from None
+
+
+def _local_input(value: str) -> str:
+    """A filter value as a ``datetime-local`` input shows it (a date alone is its midnight)."""
+    try:
+        is_day = len(value) == 10 and parse_date(value) is not None
+    except ValueError:
+        is_day = False
+    return f"{value}T00:00" if is_day else value
 
 
 class RangeFilter(admin.ListFilter):
@@ -167,18 +177,19 @@ class RangeFilter(admin.ListFilter):
         yield {
             "since_name": self.since,
             "until_name": self.until,
-            "since": self.values.get(self.since, ""),
-            "until": self.values.get(self.until, ""),
+            "since": _local_input(self.values.get(self.since, "")),
+            "until": _local_input(self.values.get(self.until, "")),
+            "timezone": timezone.get_current_timezone_name(),
             "others": [(k, item) for k, v in others.items() for item in (v if isinstance(v, list) else [v])],
             "clear_url": changelist.get_query_string(remove=params),
         }
 
 
 class CreatedFilter(RangeFilter):
-    title = "created"
+    title = _("created")
     field_name = "created_at"
 
 
 class UpdatedFilter(RangeFilter):
-    title = "updated"
+    title = _("updated")
     field_name = "updated_at"

@@ -9,6 +9,8 @@
                              the whole table.
 ``SUMMARY_CACHE_SECONDS``    30. How long the summary page's aggregates are cached.
 ``THROTTLE_RATE``            "1000/minute". API requests per user (``None``: off).
+``LIVE_INTERVAL``            5. Seconds between the refreshes of a run list or run
+                             page while anything on it is active (0: never refresh).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ DEFAULTS: dict[str, Any] = {
     "COUNT_LIMIT": 1000,
     "SUMMARY_CACHE_SECONDS": 30,
     "THROTTLE_RATE": "1000/minute",
+    "LIVE_INTERVAL": 5,
 }
 
 

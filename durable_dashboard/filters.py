@@ -61,14 +61,20 @@ def storable(value: str) -> bool:
     return not _CONTROL.search(value)
 
 
+def json_list_has(queryset: QuerySet[Any], field: str, value: str) -> QuerySet[Any]:
+    """Rows whose JSON list ``field`` holds ``value`` exactly (containment on PostgreSQL, ``json_each`` else)."""
+    if connection.vendor == "postgresql":
+        return queryset.filter(**{f"{field}__contains": [value]})
+    table = queryset.model._meta.db_table
+    column = queryset.model._meta.get_field(field).column
+    return queryset.extra(  # parameterised
+        where=[f'EXISTS (SELECT 1 FROM json_each("{table}"."{column}") WHERE json_each.value = %s)'], params=[value]
+    )
+
+
 def with_tag(queryset: QuerySet[Run], tag: str) -> QuerySet[Run]:
     """Runs whose ``tags`` list contains ``tag`` exactly."""
-    if connection.vendor == "postgresql":
-        return queryset.filter(tags__contains=[tag])
-    table = Run._meta.db_table
-    return queryset.extra(  # parameterised
-        where=[f'EXISTS (SELECT 1 FROM json_each("{table}"."tags") WHERE json_each.value = %s)'], params=[tag]
-    )
+    return json_list_has(queryset, "tags", tag)
 
 
 def search(queryset: QuerySet[Run], term: str) -> QuerySet[Run]:

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from django.utils.translation import gettext_lazy as _
+
 import durable
 from durable.exceptions import (
     DurableError,
@@ -128,15 +130,15 @@ RUN_ACTIONS: dict[str, Callable[[str, dict[str, Any]], tuple[str, Any]]] = {
 }
 
 LABELS = {
-    "start": "Start",
-    "requeue": "Requeue",
-    "redispatch": "Redispatch pending steps",
-    "cancel": "Cancel",
-    "cancel_compensate": "Cancel with undo (compensate)",
-    "retry": "Retry with edited input",
-    "signal": "Send signal",
-    "update": "Send update",
-    "republish": "Republish lifecycle events",
+    "start": _("Start"),
+    "requeue": _("Requeue"),
+    "redispatch": _("Redispatch pending steps"),
+    "cancel": _("Cancel"),
+    "cancel_compensate": _("Cancel with undo (compensate)"),
+    "retry": _("Retry with edited input"),
+    "signal": _("Send signal"),
+    "update": _("Send update"),
+    "republish": _("Republish lifecycle events"),
 }
 
 

@@ -128,7 +128,17 @@ def time_chart(data: dict[str, Any]) -> dict[str, Any]:
     step = max(len(buckets) // 6, 1)
     fmt = "%H:%M" if data["hourly"] else "%m-%d"
     labels = [(round(i * slot, 2), f"{b:{fmt}}") for i, b in enumerate(buckets) if i % step == 0]
-    return {"bars": bars, "labels": labels, "peak": peak, "width": CHART_W, "height": CHART_H, "legend": SERIES}
+    values = sorted({0, (peak + 1) // 2, peak})
+    yticks = [(round(CHART_H - v * (CHART_H - 10) / peak, 2), v) for v in values]
+    return {
+        "bars": bars,
+        "labels": labels,
+        "yticks": yticks,
+        "peak": peak,
+        "width": CHART_W,
+        "height": CHART_H,
+        "legend": SERIES,
+    }
 
 
 def status_chart(data: dict[str, Any]) -> list[dict[str, Any]]:

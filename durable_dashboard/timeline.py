@@ -46,9 +46,29 @@ def tracebacks(value: Any, path: str = "error") -> list[tuple[str, str]]:
     return found
 
 
+#: Checkpoints that record waiting for something outside the run (drawn apart from running work).
+WAIT_KINDS = frozenset(
+    {
+        CheckpointKind.SIGNAL,
+        CheckpointKind.EVENT,
+        CheckpointKind.UPDATE,
+        CheckpointKind.WAIT_RUN,
+        CheckpointKind.CHILD,
+    }
+)
+
+
 def human(delta: timedelta | None) -> str:
     """A duration as everywhere else in the admin and the commands (:func:`durable.display.format_duration`)."""
     return format_duration(delta)
+
+
+def took(cp: Checkpoint, now: datetime) -> str:
+    """How long a checkpoint's operation ran (so far, while it is open)."""
+    if not cp.started_at:
+        return ""
+    end = cp.finished_at or (now if cp.status in UNSETTLED else None)
+    return human(end - cp.started_at) if end else ""
 
 
 @dataclass
@@ -114,7 +134,11 @@ def build_timeline(run: Run, checkpoints: list[Checkpoint], now: datetime) -> Ti
             row.segments.append(seg("timer", begin, cp.wake_at, f"timer due {cp.wake_at:%Y-%m-%d %H:%M:%S}"))
         elif cp.started_at:
             stop = cp.finished_at or open_end
-            row.segments.append(seg("run", cp.started_at, stop, f"ran {human(stop - cp.started_at)}"))
+            waits = cp.kind in WAIT_KINDS
+            verb = "waited" if waits else "ran"
+            row.segments.append(
+                seg("await" if waits else "run", cp.started_at, stop, f"{verb} {human(stop - cp.started_at)}")
+            )
             row.duration = human(stop - cp.started_at)
         elif cp.finished_at:
             row.segments.append(seg("run", cp.finished_at, cp.finished_at, "recorded"))
@@ -171,5 +195,27 @@ def waiting_on(
         if child.status in ACTIVE and not any(i["kind"] == "run" and i["what"] == child.id for i in items):
             items.append({"kind": CheckpointKind.CHILD, "what": child.id, "due": None, "seq": None})
     if not items and run.wake_at:
-        items.append({"kind": "wake", "what": "next look (reconcile)", "due": run.wake_at, "seq": None})
+        items.append(
+            {"kind": "wake", "what": "reconcile fallback (a safety re-check)", "due": run.wake_at, "seq": None}
+        )
     return items
+
+
+def next_wake(run: Run, checkpoints: list[Checkpoint]) -> dict[str, Any] | None:
+    """When the run is next looked at, and why: a timer, a retry, a timeout, or the reconcile fallback.
+
+    A wake time that no open checkpoint asked for is the reconcile fallback
+    (``RECONCILE_AFTER``): a safety re-check, not a timer the workflow set.
+    """
+    if run.wake_at is None or run.status not in ACTIVE:
+        return None
+    for cp in checkpoints:
+        if cp.status not in UNSETTLED:
+            continue
+        if cp.retry_at == run.wake_at:
+            return {"when": run.wake_at, "why": "retry", "label": f"retry of #{cp.seq} {cp.name}"}
+        if cp.wake_at == run.wake_at and cp.kind == CheckpointKind.SLEEP:
+            return {"when": run.wake_at, "why": "timer", "label": f"timer #{cp.seq} {cp.name}"}
+        if cp.wake_at == run.wake_at and cp.kind in WAIT_KINDS:
+            return {"when": run.wake_at, "why": "timeout", "label": f"timeout of #{cp.seq} {cp.name}"}
+    return {"when": run.wake_at, "why": "reconcile", "label": "reconcile fallback (no timer: a safety re-check)"}

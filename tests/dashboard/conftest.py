@@ -15,6 +15,7 @@ import durable
 from durable.runtime import get_engine
 from durable.testing import run_until_settled
 from durable_dashboard.models import ACTION_PERMISSIONS, NamespaceGrant
+from tests.dashboard import browser
 from tests.dashboard import workflows as _workflows  # noqa: F401  (registers them)
 
 ALL_ACTIONS = tuple(ACTION_PERMISSIONS)
@@ -111,3 +112,15 @@ def make_run(db) -> Callable[..., str]:
 
 
 __all__ = ["ALL_ACTIONS", "Group", "grant"]
+
+
+@pytest.fixture
+def chromium(monkeypatch):
+    """A headless Debian chromium driven by Playwright (see tests/dashboard/browser.py)."""
+    yield from browser.launch(monkeypatch)
+
+
+@pytest.fixture
+def browser_page(chromium):
+    """A desktop-sized (1,400 px) page."""
+    return browser.new_page(chromium, browser.DESKTOP)

@@ -216,7 +216,7 @@ def test_cancel_redispatch_and_signal_from_detail(admin_client, make_run):
     step = make_run("step")
     response = admin_client.post(act(step, "redispatch"), follow=True)
     assert any("redispatched 1 pending step" in str(m) for m in response.context["messages"])
-    admin_client.post(act(step, "cancel"))
+    admin_client.post(act(step, "cancel"), {"reason": ""})
     assert Run.objects.get(id=step).status == "cancelled"
 
 
@@ -273,12 +273,12 @@ def test_bulk_requeue_and_cancel(admin_client, make_run):
     failed = [make_run("failed") for _ in range(2)]
     waiting = make_run("waiting")
     response = admin_client.post(
-        LIST, {"action": "requeue_selected", "_selected_action": [*failed, waiting]}, follow=True
+        LIST, {"action": "requeue_selected", "_selected_action": [*failed, waiting], "apply": "1"}, follow=True
     )
     messages = [str(m) for m in response.context["messages"]]
     assert any("done for 2 run(s)" in m for m in messages) and any("failed for 1 run(s)" in m for m in messages)
     assert Run.objects.filter(id__in=failed, status="pending").count() == 2
-    admin_client.post(LIST, {"action": "cancel_selected", "_selected_action": [waiting]})
+    admin_client.post(LIST, {"action": "cancel_selected", "_selected_action": [waiting], "apply": "1"})
     assert Run.objects.get(id=waiting).status == "cancelled"
     assert set(AuditEntry.objects.values_list("action", flat=True)) == {"requeue", "cancel"}
 
@@ -316,7 +316,9 @@ def test_bulk_action_without_permission_is_refused(staff_client, viewer, make_ru
 def test_bulk_is_bounded(admin_client, make_run):
     runs = [make_run("failed") for _ in range(3)]
     with override_settings(DURABLE_DASHBOARD={"BULK_LIMIT": 2}):
-        response = admin_client.post(LIST, {"action": "requeue_selected", "_selected_action": runs}, follow=True)
+        response = admin_client.post(
+            LIST, {"action": "requeue_selected", "_selected_action": runs, "apply": "1"}, follow=True
+        )
     assert any("Only the newest 2" in str(m) for m in response.context["messages"])
     assert Run.objects.filter(status="pending").count() == 2
 
@@ -332,7 +334,7 @@ def test_admin_namespace_scoping(staff_client, scoped, make_run):
     assert shown == {mine}
     assert client.get(detail(theirs)).status_code == 404
     assert client.post(act(theirs, "requeue")).status_code == 404
-    client.post(LIST, {"action": "requeue_selected", "_selected_action": [mine, theirs]})
+    client.post(LIST, {"action": "requeue_selected", "_selected_action": [mine, theirs], "apply": "1"})
     assert Run.objects.get(id=theirs).status == "failed" and Run.objects.get(id=mine).status == "pending"
     assert AuditEntry.objects.get().run_ids == [mine]
 

@@ -6,63 +6,15 @@ nothing is downloaded at run time. Screenshots go to ``test-output/``.
 
 from __future__ import annotations
 
-import os
-import shutil
-import threading
-import time
-from pathlib import Path
-
-import pytest
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import User
-from django.db import connections
 
 import durable
 from durable.models import Run
 from durable.testing import run_until_settled
+from tests.dashboard import browser
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--no-first-run",
-]
-OUTPUT = Path(__file__).resolve().parents[2] / "test-output"
-
-
-@pytest.fixture
-def browser_page(monkeypatch):
-    if not shutil.which(CHROMIUM):
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"{CHROMIUM} is missing: .ci/run installs it with apt-get install -y chromium")
-        pytest.skip(f"{CHROMIUM} is not installed (apt-get install -y chromium)")
-    # Playwright's sync API runs an event loop in this thread; the ORM calls of the test itself are safe.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(60_000)  # a deadline for a stuck page, not a measure of a slow one
-        try:
-            yield page
-        finally:
-            # The test's own queries ran while Playwright's loop was current, on connections
-            # pytest-django does not close; close them so the test database can be dropped.
-            connections.close_all()
-            browser.close()
-    _wait_for_request_threads()
-
-
-def _wait_for_request_threads(timeout: float = 10.0) -> None:
-    """Let the live server's keep-alive request threads end (and close their database connections)."""
-    deadline = time.monotonic() + timeout
-    for thread in threading.enumerate():
-        if "process_request_thread" in thread.name:
-            thread.join(max(deadline - time.monotonic(), 0))
+OUTPUT = browser.OUTPUT
 
 
 def test_operator_filters_inspects_requeues_and_cancels(transactional_db, live_server, browser_page):
@@ -98,7 +50,7 @@ def test_operator_filters_inspects_requeues_and_cancels(transactional_db, live_s
 
     # the failed run's timeline
     page.goto(f"{live_server.url}/admin/durable/run/?status=failed")
-    page.click("#result_list a:text-is('browser-failed')")
+    page.click("#result_list a:has-text('browser-failed')")
     page.wait_for_selector("#durable-timeline")
     assert page.locator("#durable-timeline .durable-tl-row").count() >= 1
     assert page.locator("#durable-timeline .durable-seg").count() >= 1
@@ -114,7 +66,8 @@ def test_operator_filters_inspects_requeues_and_cancels(transactional_db, live_s
     # cancel the waiting run
     page.goto(f"{live_server.url}/admin/durable/run/{quote(waiting)}/change/")
     assert "signal" in page.locator("#durable-waiting").inner_text()
-    page.click("button[data-action='cancel']")
+    page.click("a[data-action='cancel']")
+    page.click("#durable-confirm")
     page.wait_for_selector(".messagelist .success")
     assert "Cancel: done for 1 run(s)" in page.locator(".messagelist").inner_text()
     assert Run.objects.get(id=waiting).status == "cancelled"

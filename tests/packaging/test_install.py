@@ -131,6 +131,8 @@ def test_the_wheel_holds_exactly_the_two_apps_with_their_files(wheel: Path) -> N
     assert any(n.startswith("durable/migrations/0001_") for n in names)
     assert any(n.startswith("durable_dashboard/templates/durable_dashboard/admin/") for n in names)
     assert any(n.startswith("durable_dashboard/static/durable_dashboard/") for n in names)
+    assert "durable_dashboard/static/durable_dashboard/live.js" in names
+    assert "durable_dashboard/locale/en/LC_MESSAGES/django.po" in names  # the extracted admin strings
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     requires = [line for line in text.splitlines() if line.startswith("Requires-Dist:")]
