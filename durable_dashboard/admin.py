@@ -33,6 +33,7 @@ from durable.models import ACTIVE, TERMINAL, CheckpointKind, Run, RunStatus
 from durable_dashboard import admin_pages, conf, operations, summary, timeline
 from durable_dashboard.admin_filters import (
     CreatedFilter,
+    ErrorCodeFilter,
     NamespaceFilter,
     StatusFilter,
     TagFilter,
@@ -202,6 +203,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         NamespaceFilter,
         VersionFilter,
         TagFilter,
+        ErrorCodeFilter,
         CreatedFilter,
         UpdatedFilter,
     )

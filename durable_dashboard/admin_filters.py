@@ -18,7 +18,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext_lazy as _
 
-from durable.models import RUN_STATUS_CHOICES, Run
+from durable.models import RUN_STATUS_CHOICES, Run, RunStatus
 from durable.runtime import registry
 from durable_dashboard.filters import storable, to_utc, with_tag
 
@@ -107,6 +107,20 @@ class TagFilter(InputFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
         return with_tag(queryset, self.value()) if self.value() else queryset
+
+
+class ErrorCodeFilter(InputFilter):
+    """Failed and dead runs whose error has this code (``declined``, ``step_failed``...)."""
+
+    title = _("error code")
+    parameter_name = "error_code"
+    placeholder = "step_failed"
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
+        value = self.value()
+        if not value:
+            return queryset
+        return queryset.filter(status__in=(RunStatus.FAILED, RunStatus.DEAD), error__code=value)
 
 
 def _parse_when(value: str) -> datetime:

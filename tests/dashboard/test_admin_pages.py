@@ -239,3 +239,12 @@ def test_created_filter_takes_a_time_of_day(admin_client, make_run):
     assert 'type="datetime-local"' in html and 'value="2026-05-01T11:00"' in html and "Times in UTC." in html
     day_only = admin_client.get(LIST + "?created_at__gte=2026-05-01").content.decode()
     assert 'value="2026-05-01T00:00"' in day_only
+
+
+def test_error_code_filter(admin_client, make_run):
+    failed = make_run("failed")
+    make_run("completed")
+    make_run("waiting")
+    page = admin_client.get(LIST + "?error_code=step_failed")
+    assert {r.id for r in page.context["cl"].result_list} == {failed}
+    assert not admin_client.get(LIST + "?error_code=declined").context["cl"].result_list

@@ -78,6 +78,8 @@ def test_cancel_with_a_reason_is_confirmed_and_audited(ops, live_server, chromiu
 @pytest.mark.parametrize("viewport", WIDTHS)
 def test_the_list_refreshes_itself_when_a_run_completes(ops, live_server, chromium, viewport, settings):
     settings.DURABLE_DASHBOARD = {"LIVE_INTERVAL": 0.5}
+    failed = durable.start("dash_fail", {"n": 1}, run_id="order-2026-12-01-customer-4711-with-a-long-id")
+    run_until_settled(failed)
     run_id = durable.start("dash_fail", {"ok": True}, run_id="b-live")  # pending until driven
     page = browser.new_page(chromium, viewport)
     _login(page, live_server)
@@ -87,6 +89,11 @@ def test_the_list_refreshes_itself_when_a_run_completes(ops, live_server, chromi
     run_until_settled(run_id)
     page.wait_for_selector("#result_list .durable-badge.durable-completed")
     assert page.evaluate("window.durableMarker") == "same page"  # no reload by hand
+    failed_row = page.locator("#result_list tbody tr", has_text="order-2026-12-01")
+    assert "step_failed" in failed_row.inner_text() and failed_row.locator(".durable-badge").is_visible()
+    assert failed_row.locator(f".durable-id[title='{failed}']").count() == 1  # the whole id on hover
+    badge = failed_row.locator(".durable-badge").bounding_box()
+    assert badge["x"] + badge["width"] <= viewport["width"]  # the status on screen without scrolling sideways
     assert page.locator("#durable-results[data-durable-live]").count() == 0  # nothing active: it stops
     _shot(page, "run-list", viewport)
 
