@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from durable.display import format_duration
+from durable.display import RECONCILE, WAIT_KINDS, format_duration, wake_reason
 from durable.engine.vocab import EVENT_TOKEN, RUN_TOKEN, UNSETTLED, UPDATE_TOKEN
 from durable.models import ACTIVE, Checkpoint, CheckpointKind, CheckpointStatus, Run
 
@@ -44,18 +44,6 @@ def tracebacks(value: Any, path: str = "error") -> list[tuple[str, str]]:
         for i, item in enumerate(value):
             found += tracebacks(item, f"{path}[{i}]")
     return found
-
-
-#: Checkpoints that record waiting for something outside the run (drawn apart from running work).
-WAIT_KINDS = frozenset(
-    {
-        CheckpointKind.SIGNAL,
-        CheckpointKind.EVENT,
-        CheckpointKind.UPDATE,
-        CheckpointKind.WAIT_RUN,
-        CheckpointKind.CHILD,
-    }
-)
 
 
 def human(delta: timedelta | None) -> str:
@@ -195,27 +183,13 @@ def waiting_on(
         if child.status in ACTIVE and not any(i["kind"] == "run" and i["what"] == child.id for i in items):
             items.append({"kind": CheckpointKind.CHILD, "what": child.id, "due": None, "seq": None})
     if not items and run.wake_at:
-        items.append(
-            {"kind": "wake", "what": "reconcile fallback (a safety re-check)", "due": run.wake_at, "seq": None}
-        )
+        items.append({"kind": "wake", "what": RECONCILE, "due": run.wake_at, "seq": None})
     return items
 
 
 def next_wake(run: Run, checkpoints: list[Checkpoint]) -> dict[str, Any] | None:
-    """When the run is next looked at, and why: a timer, a retry, a timeout, or the reconcile fallback.
-
-    A wake time that no open checkpoint asked for is the reconcile fallback
-    (``RECONCILE_AFTER``): a safety re-check, not a timer the workflow set.
-    """
+    """When an active run is next looked at, and why (:func:`durable.display.wake_reason`)."""
     if run.wake_at is None or run.status not in ACTIVE:
         return None
-    for cp in checkpoints:
-        if cp.status not in UNSETTLED:
-            continue
-        if cp.retry_at == run.wake_at:
-            return {"when": run.wake_at, "why": "retry", "label": f"retry of #{cp.seq} {cp.name}"}
-        if cp.wake_at == run.wake_at and cp.kind == CheckpointKind.SLEEP:
-            return {"when": run.wake_at, "why": "timer", "label": f"timer #{cp.seq} {cp.name}"}
-        if cp.wake_at == run.wake_at and cp.kind in WAIT_KINDS:
-            return {"when": run.wake_at, "why": "timeout", "label": f"timeout of #{cp.seq} {cp.name}"}
-    return {"when": run.wake_at, "why": "reconcile", "label": "reconcile fallback (no timer: a safety re-check)"}
+    why, label = wake_reason(run.wake_at, checkpoints)
+    return {"when": run.wake_at, "why": why, "label": label}

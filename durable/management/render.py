@@ -7,7 +7,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Any
 
-from durable.display import format_duration, format_time
+from durable.display import format_duration, format_time, wake_reason
 from durable.engine.ports import CheckpointRecord
 from durable.results import RunInfo
 
@@ -67,6 +67,12 @@ def _duration(start: datetime | None, end: datetime | None) -> str:
     return format_duration(end - start) if start and end else ""
 
 
+def _wake(run: RunInfo, history: list[CheckpointRecord]) -> str:
+    if run.wake_at is None or run.is_terminal:
+        return ""
+    return f"{format_time(run.wake_at)} ({wake_reason(run.wake_at, history)[1]})"
+
+
 def run_text(run: RunInfo, history: list[CheckpointRecord]) -> str:
     """One run: its fields, then its history as a timeline (one line per position)."""
     fields = [
@@ -82,7 +88,7 @@ def run_text(run: RunInfo, history: list[CheckpointRecord]) -> str:
         ("started", format_time(run.started_at)),
         ("finished", format_time(run.finished_at)),
         ("duration", _duration(run.started_at, run.finished_at)),
-        ("next wake", format_time(run.wake_at) if not run.is_terminal else ""),
+        ("next wake", _wake(run, history)),
         ("input", _compact(run.input)),
         ("output", _compact(run.output) if run.output is not None else ""),
         ("error", error_summary(run.error, 200)),

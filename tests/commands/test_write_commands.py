@@ -158,3 +158,11 @@ def test_retry_refusals(make_run, run_cmd):
     assert run_cmd("durable_retry", make_run("waiting"), "--input", "{}").code == 1
     missing = run_cmd("durable_retry", "f-3")
     assert (missing.code, "one of the arguments --input --input-file is required" in missing.error) == (2, True)
+
+
+def test_run_says_why_it_wakes(make_run, run_cmd):
+    waiting = run_cmd("durable_run", make_run("waiting")).out
+    assert "reconcile fallback (no timer: a safety re-check)" in waiting
+    sleeping = run_cmd("durable_run", make_run("sleeping")).out
+    wake = next(line for line in sleeping.splitlines() if line.startswith("next wake"))
+    assert "(timer #1" in wake
