@@ -214,9 +214,10 @@ class SignalSerializer(serializers.Serializer[Any]):
 
 
 class CancelSerializer(serializers.Serializer[Any]):
-    """``POST runs/{id}/cancel/``: ``compensate`` undoes completed steps (saga)."""
+    """``POST runs/{id}/cancel/``: ``compensate`` undoes completed steps (saga); ``reason`` goes to the audit log."""
 
     compensate = serializers.BooleanField(default=False)
+    reason = StrictCharField(max_length=1000, required=False, allow_blank=True)
 
 
 class RetrySerializer(serializers.Serializer[Any]):
@@ -244,12 +245,14 @@ class BulkSerializer(serializers.Serializer[Any]):
     ``filter`` takes the query parameters of ``GET runs/`` plus ``ids`` (a list of
     run ids) and must not be empty. At most ``limit`` runs are touched, newest first.
     ``params`` are the action's own fields (``{"name", "payload"}`` for signal,
-    ``{"compensate"}`` for cancel, ``{"input"}`` for retry).
+    ``{"compensate"}`` for cancel, ``{"input"}`` for retry). ``reason`` is kept in
+    the audit log.
     """
 
     filter = serializers.DictField(child=AnyJSONField())
     limit = StrictIntegerField(min_value=1, default=100)
     params = serializers.DictField(child=AnyJSONField(), required=False, default=dict)
+    reason = StrictCharField(max_length=1000, required=False, allow_blank=True, default="")
 
     def validate_limit(self, value: int) -> int:
         bound = int(conf.get("BULK_LIMIT"))

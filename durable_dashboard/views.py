@@ -149,9 +149,9 @@ class RunViewSet(JSONEndpoint, viewsets.GenericViewSet[Run]):
             raise Http404("No run with that id.")
         return run_id
 
-    def _act(self, request: Request, action: str, params: dict[str, Any]) -> Response:
+    def _act(self, request: Request, action: str, params: dict[str, Any], reason: str = "") -> Response:
         run_id = self._run_id()
-        (outcome,) = operations.perform(action, [run_id], params, user=request.user, via="api")
+        (outcome,) = operations.perform(action, [run_id], params, user=request.user, via="api", reason=reason)
         return _outcome_response(outcome)
 
     @staticmethod
@@ -220,7 +220,8 @@ class RunViewSet(JSONEndpoint, viewsets.GenericViewSet[Run]):
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
         data = self._valid(s.CancelSerializer, request.data)
-        return self._act(request, "cancel_compensate" if data["compensate"] else "cancel", {})
+        action = "cancel_compensate" if data["compensate"] else "cancel"
+        return self._act(request, action, {}, reason=data.get("reason", ""))
 
     @documented(
         summary="Requeue a failed or dead run", request=None, responses={200: s.OutcomeSerializer, **ACTION_ERRORS}
@@ -292,9 +293,13 @@ class RunViewSet(JSONEndpoint, viewsets.GenericViewSet[Run]):
             raise Http404(f"Unknown bulk action; expected one of {', '.join(s.BULK_ACTIONS)}.")
         body = self._valid(s.BulkSerializer, request.data)
         params = self._bulk_params(bulk_action, body["params"])
+        params.pop("reason", None)
         action_name = "cancel_compensate" if bulk_action == "cancel" and params.pop("compensate") else bulk_action
         run_ids = self._bulk_ids(body["filter"], body["limit"])
-        outcomes = operations.perform(action_name, run_ids, params, user=request.user, via="api") if run_ids else []
+        outcomes = []
+        if run_ids:
+            reason = body["reason"]
+            outcomes = operations.perform(action_name, run_ids, params, user=request.user, via="api", reason=reason)
         ok = sum(1 for o in outcomes if o.ok)
         return Response(
             {

@@ -353,6 +353,19 @@ def test_cancel_and_cancel_again(api, operator, make_run):
     assert post(client, f"{BASE}/runs/{run_id}/cancel/", {"compensate": "maybe"}).status_code == 400
 
 
+def test_cancel_and_bulk_cancel_keep_the_reason(api, operator, make_run):
+    run_id = make_run("waiting")
+    client = api(operator)
+    assert post(client, f"{BASE}/runs/{run_id}/cancel/", {"reason": "fraud check"}).status_code == 200
+    assert AuditEntry.objects.get(action="cancel").reason == "fraud check"
+    others = [make_run("waiting") for _ in range(2)]
+    body = {"filter": {"ids": others}, "reason": "campaign withdrawn"}
+    assert post(client, f"{BASE}/runs/bulk/cancel/", body).status_code == 200
+    assert AuditEntry.objects.order_by("-id").first().reason == "campaign withdrawn"
+    too_long = post(client, f"{BASE}/runs/{make_run('waiting')}/cancel/", {"reason": "x" * 1001})
+    assert too_long.status_code == 400
+
+
 def test_cancel_with_compensation(api, operator, make_run):
     run_id = make_run("waiting")
     response = post(api(operator), f"{BASE}/runs/{run_id}/cancel/", {"compensate": True})
