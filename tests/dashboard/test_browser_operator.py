@@ -95,6 +95,8 @@ def test_the_list_refreshes_itself_when_a_run_completes(ops, live_server, chromi
     badge = failed_row.locator(".durable-badge").bounding_box()
     assert badge["x"] + badge["width"] <= viewport["width"]  # the status on screen without scrolling sideways
     assert page.locator("#durable-results[data-durable-live]").count() == 0  # nothing active: it stops
+    page.locator("#result_list tbody input.action-select").first.check()
+    page.wait_for_selector(".action-counter:has-text('1 of 2 selected')")  # selection still works after it
     _shot(page, "run-list", viewport)
 
 

@@ -29,6 +29,9 @@
         var fresh = new DOMParser().parseFromString(html, "text/html").getElementById(id);
         if (!fresh) return;
         root.replaceWith(fresh);
+        // The admin's row selection (select all, the counter) binds to the rows it saw at load.
+        var rows = fresh.querySelectorAll("tr input.action-select");
+        if (rows.length && typeof window.Actions === "function") window.Actions(rows);
         document.dispatchEvent(new CustomEvent("durable:refreshed", { detail: { id: id } }));
         var next = parseFloat(fresh.getAttribute("data-durable-live") || "0");
         if (next > 0) schedule(id, next);
