@@ -6,6 +6,7 @@ nothing is downloaded at run time. Screenshots go to ``test-output/``.
 
 from __future__ import annotations
 
+import pytest
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import User
 
