@@ -9,6 +9,7 @@ connections (default 600 s, as a tuned deployment would; ``0`` is Django's
 default of one connection per request/task).
 """
 
+import json
 import os
 
 import environ
@@ -35,6 +36,8 @@ DURABLE = {"TRANSPORT": env("BENCH_TRANSPORT", default="inline"), "EMBEDDED_WORK
 for key in ("WORKER_THREADS", "SWEEP_BATCH"):
     if os.environ.get(f"BENCH_{key}"):
         DURABLE[key] = int(os.environ[f"BENCH_{key}"])
+# More DURABLE options as JSON (bench/recovery.py: short leases and sweep intervals).
+DURABLE.update(json.loads(os.environ.get("BENCH_DURABLE") or "{}"))
 
 LOGGING = {
     "version": 1,

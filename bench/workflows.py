@@ -62,3 +62,50 @@ def sleeper(ctx: Any, due: float) -> float:
     """Sleep until the shared moment ``due`` (a UNIX timestamp)."""
     ctx.sleep_until(datetime.fromtimestamp(due, UTC))
     return due
+
+
+# Recovery after kill -9 (bench/recovery.py): one step that hangs on its first attempt.
+def _record_execution(**fields: Any) -> None:
+    import json
+    import os
+    import time
+
+    path = os.environ.get("BENCH_RECOVERY_LOG")
+    if path:
+        line = json.dumps({**fields, "pid": os.getpid(), "at": time.time()}) + "\n"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
+
+
+@durable.step(name="bench_recovery_hang", retries=3, backoff="10ms")
+def recovery_hang(hang: float) -> int:
+    """Records each execution; the first attempt hangs (its worker is killed meanwhile)."""
+    import time
+
+    info = durable.current_step()
+    attempt = info.attempt if info else 0
+    _record_execution(run=info.run_id if info else "?", attempt=attempt)
+    if attempt == 1:
+        time.sleep(hang)
+    return attempt
+
+
+@durable.step(name="bench_recovery_filler")
+def recovery_filler(seconds: float) -> float:
+    import time
+
+    time.sleep(seconds)
+    return seconds
+
+
+@durable.workflow(name="bench_recovery")
+def recovery(ctx: Any, hang: float) -> int:
+    return int(ctx.step(recovery_hang, hang))
+
+
+@durable.workflow(name="bench_recovery_fill")
+def recovery_filler_run(ctx: Any, seconds: float) -> float:
+    return float(ctx.step(recovery_filler, seconds))

@@ -11,11 +11,12 @@ around every task; with ``CONN_MAX_AGE`` set, workers keep theirs.)
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import shared_task
-from celery.signals import celeryd_after_setup, worker_shutdown
-from django.db import close_old_connections
+from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
+from django.db import close_old_connections, connection
 
 from durable import runtime
 from durable.runtime import get_engine
@@ -53,6 +54,27 @@ def _advertise(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
     # A step without a route goes to the default queue; one routed there by name runs here too.
     runtime.serve_routes_eagerly(frozenset([*queues, *([None] if DEFAULT_QUEUE in queues else [])]))
     runtime.start_advertising(queues)
+
+
+@worker_ready.connect
+def _release_predecessors(sender: Any = None, **kwargs: Any) -> None:
+    """End the leases of this host's dead processes (a killed predecessor's pool), then sweep at once.
+
+    Only holders provably dead are touched (see
+    :func:`durable.worker.predecessors.release_dead_holders`). The sweep is
+    sent to the sweep queue, so the work is recovered without waiting for beat.
+    """
+    from durable.worker.predecessors import release_dead_holders
+
+    try:
+        counts = release_dead_holders(get_engine())
+        if counts["runs"] or counts["steps"]:
+            sweep.apply_async()
+    except Exception:
+        logging.getLogger("durable.celery").warning("could not release the leases of dead processes", exc_info=True)
+    finally:
+        # The worker's main process forks pool processes later: none may inherit this connection.
+        connection.close()
 
 
 @worker_shutdown.connect

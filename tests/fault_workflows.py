@@ -60,12 +60,17 @@ def _step_b(log: str, release: str | None, crash: str | None, crash_always: bool
             os.remove(crash)
         raise Crash("process died inside step B")
     if release is not None:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(release):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{release} never appeared")
-            time.sleep(0.01)
+        wait_for_release(release)
     return "B"
+
+
+def wait_for_release(release: str) -> None:
+    """Block until the file ``release`` exists (a minute at most)."""
+    deadline = time.monotonic() + 60
+    while not os.path.exists(release):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{release} never appeared")
+        time.sleep(0.01)
 
 
 @durable.workflow(name="fault_three_locals")
@@ -122,3 +127,18 @@ def remote_then_local(ctx: durable.WorkflowContext, inp: dict[str, Any]) -> int:
     doubled = ctx.step(remote, inp["log"], inp["value"])
     ctx.local_step("after", recorded, inp["log"], "after")
     return doubled
+
+
+@durable.step(name="fault_blocking_remote", retries=2, backoff="10ms")
+def blocking_remote(log: str, release: str) -> str:
+    """A dispatched step that blocks until ``release`` exists (the test kills its worker meanwhile)."""
+    record(log, "blocking_remote")
+    wait_for_release(release)
+    return "released"
+
+
+@durable.workflow(name="fault_blocking_remote_then_local")
+def blocking_remote_then_local(ctx: durable.WorkflowContext, inp: dict[str, Any]) -> str:
+    value = ctx.step(blocking_remote, inp["log"], inp["release"])
+    ctx.local_step("after", recorded, inp["log"], "after")
+    return value

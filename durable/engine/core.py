@@ -8,9 +8,6 @@ What it measures while it runs lives in its :class:`EngineStats`.
 
 from __future__ import annotations
 
-import os
-import socket
-import uuid
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -18,14 +15,10 @@ from durable.engine import execution, turn
 from durable.engine.clock import Clock
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
+from durable.engine.owners import make_owner_id as make_owner_id
 from durable.engine.ports import CheckpointRecord, RunRecord, Store, Transport
 from durable.engine.registry import Registry
 from durable.engine.vocab import StepResult, TurnResult
-
-
-def make_owner_id() -> str:
-    """Identity of this process in ``locked_by`` columns: host, pid and a random suffix."""
-    return f"{socket.gethostname()[:40]}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class Fleet(Protocol):

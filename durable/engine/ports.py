@@ -171,6 +171,14 @@ class StepClaim:
     namespace: str
 
 
+@dataclass(frozen=True)
+class LeasesExpired:
+    """What :meth:`Store.expire_leases` ended: run (turn) leases and step execution leases."""
+
+    runs: int
+    steps: int
+
+
 class Store(Protocol):
     """Durable state. Every status write is compare-and-set; see :mod:`durable.store`."""
 
@@ -261,6 +269,8 @@ class Store(Protocol):
         max_attempts: int,
         dead_lifecycle: Callable[[str], dict[str, Any] | None] = ...,
     ) -> RunRecord | str | None: ...
+    def lease_holders(self, prefix: str, limit: int) -> list[str]: ...
+    def expire_leases(self, owner: str, now: datetime) -> LeasesExpired: ...
     def overdue_runs(self, now: datetime, limit: int) -> list[str]: ...
     def request_timeout(self, run_id: str, now: datetime, error: dict[str, Any]) -> bool: ...
     def fail_overdue(

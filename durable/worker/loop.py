@@ -18,6 +18,7 @@ from typing import Any
 from django.db import close_old_connections, connection
 
 from durable.runtime import get_engine
+from durable.worker.predecessors import release_dead_holders
 from durable.worker.tick import tick
 
 logger = logging.getLogger("durable.worker")
@@ -37,6 +38,11 @@ class WorkerLoop:
     ``stop`` is checked between items, so a stop request (SIGTERM) lets the
     items in progress finish and commit (a graceful drain); claimed runs whose
     turn had not started are handed back.
+
+    On start, :meth:`run_forever` first ends the leases of this host's dead
+    processes (a killed predecessor's; see
+    :func:`~durable.worker.predecessors.release_dead_holders`), so its first
+    tick recovers their work instead of waiting for the leases to lapse.
     """
 
     def __init__(self, *, interval: float | None = None, stop: threading.Event | None = None) -> None:
@@ -98,7 +104,19 @@ class WorkerLoop:
 
         return list(self._pool.map(run, jobs))
 
+    def release_predecessors(self) -> dict[str, int]:
+        """End the leases of this host's dead processes; never raises (a failure only means waiting for them)."""
+        try:
+            return release_dead_holders(get_engine())
+        except Exception:
+            logger.warning("could not release the leases of this host's dead processes", exc_info=True)
+            return {}
+        finally:
+            if not connection.in_atomic_block:
+                close_old_connections()
+
     def run_forever(self) -> None:
+        self.release_predecessors()
         transport = get_engine().transport
         transport.attach_loop(self.nudge)
         try:

@@ -6,7 +6,8 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from durable.engine.ports import RunRecord
+from durable.engine.plan import plan_lease_expiry
+from durable.engine.ports import LeasesExpired, RunRecord
 from durable.engine.vocab import ACTIVE, UNSETTLED, CheckpointKind, CheckpointStatus, RunStatus
 from durable.store.memory.base import MemoryBase, atomically, dead_letter, locked
 from durable.store.memory.tables import Row, as_json, run_record
@@ -257,7 +258,32 @@ class SweepsPart(MemoryBase):
             self.tables.drop(self.tables.workers, worker_id)
         return len(gone)
 
+    @locked
+    def lease_holders(self, prefix: str, limit: int) -> list[str]:
+        """Owners whose ids start with ``prefix`` and that hold a run's or a running step's lease."""
+        found = {r["locked_by"] for r in self.tables.runs.values() if r["status"] == RunStatus.RUNNING}
+        found.update(cp["locked_by"] for cp in self._steps(CheckpointStatus.RUNNING))
+        return sorted(o for o in found if o is not None and o.startswith(prefix))[:limit]
+
+    @atomically
+    def expire_leases(self, owner: str, now: datetime) -> LeasesExpired:
+        plan = plan_lease_expiry(owner, now)
+        runs = steps = 0
+        for r in self.tables.runs.values():
+            if r["status"] == plan.run_status and r["locked_by"] == owner and _later(r["locked_until"], plan.until):
+                self.tables.set(r, locked_until=plan.until)
+                runs += 1
+        for cp in self._steps(plan.step_status):
+            if cp["kind"] == plan.step_kind and cp["locked_by"] == owner and _later(cp["wake_at"], plan.until):
+                self.tables.set(cp, wake_at=plan.until)
+                steps += 1
+        return LeasesExpired(runs=runs, steps=steps)
+
 
 def as_json_values(row: dict[str, Any]) -> dict[str, Any]:
     """A worker descriptor with private copies of its JSON columns."""
     return {k: as_json(v) if k in ("queues", "steps", "workflows", "capabilities") else v for k, v in row.items()}
+
+
+def _later(value: datetime | None, now: datetime) -> bool:
+    return value is not None and value > now
