@@ -188,11 +188,13 @@ def measure(bench: Bench, mode: str, kills: int) -> dict[str, Any]:
     seconds: list[float] = []
     started: list[float] = []  # restart modes: from the kill until the new worker consumes or polls
     runs: list[str] = []
+    hung: list[str] = []  # the runs whose step was killed
     for _ in range(kills):
         for _ in range(bench.args.backlog):
             runs.append(durable.start("bench_recovery_fill", 0.05))
         run_id = durable.start("bench_recovery", HANG)
         runs.append(run_id)
+        hung.append(run_id)
         first = bench.attempt(run_id, 1, 120)
         victim = bench.owner_of(first["pid"])
         killed_at = time.time()
@@ -206,7 +208,7 @@ def measure(bench: Bench, mode: str, kills: int) -> dict[str, Any]:
         if takeover:
             bench.worker(mode, victim)
     wait_for(lambda: Run.objects.filter(id__in=runs).exclude(status="completed").count() == 0, "every run", 300)
-    twice = [r for r in runs[-kills:] if len(bench.records(r)) != 2]
+    twice = [r for r in hung if len(bench.records(r)) != 2]
     bench.stop_all()
     sweeps = sweep_seconds(bench.tmp, mode)
     interval = bench.args.sweep

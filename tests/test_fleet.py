@@ -92,6 +92,17 @@ def test_durable_workers_command_lists_the_live_fleet(capsys):
     call_command("durable_workers", "--steps")
     out = capsys.readouterr().out
     assert "host:1:abc" in out and "queues=durable,ledger" in out and "ledger.post" in out
+    assert "sweep queue" not in out  # not on Celery
+
+
+def test_durable_workers_warns_when_no_live_worker_consumes_the_sweep_queue(capsys):
+    with override_settings(DURABLE={"TRANSPORT": "celery", "FLEET_CHECK": False}):
+        advertise("host:1:abc", ["durable"])
+        call_command("durable_workers")
+        assert "no live worker consumes the sweep queue 'durable.sweeps'" in capsys.readouterr().out
+        advertise("host:2:def", ["durable.sweeps"])
+        call_command("durable_workers")
+        assert "sweep queue" not in capsys.readouterr().out
 
 
 class FlakyFleetStore:

@@ -449,21 +449,15 @@ def plan_step_result(
     return StepResultPlan(run_id, seq, now, sets, wake=True, take=take)
 
 
-# An ended lease runs out this long before the moment it is ended: a sweep reading the same
-# clock reading (a fake clock) already finds it lapsed (its queries compare strictly).
+# An ended lease runs out this long before it is ended: a sweep at the same clock reading finds it lapsed.
 LEASE_ENDED_BEFORE = timedelta(milliseconds=1)
 
 
 @dataclass(frozen=True)
 class LeaseExpiryPlan:
-    """Every lease ``owner`` still holds runs out at ``until``, as its lapsing would end it.
-
-    Runs ``running`` under ``locked_by = owner`` with ``locked_until`` later
-    than ``until`` get ``locked_until = until``; dispatched steps ``running``
-    under ``locked_by = owner`` with ``wake_at`` (their execution lease) later
-    than ``until`` get ``wake_at = until``. Nothing else changes: the orphan
-    and lapsed-step sweeps then recover them by their own rules. A lease taken
-    over meanwhile names another owner and is not touched.
+    """Every lease ``owner`` still holds runs out at ``until``: running runs' ``locked_until`` and running
+    steps' ``wake_at`` (their execution lease), where later, under ``locked_by = owner`` (a lease taken
+    over meanwhile is not touched). The orphan and lapsed-step sweeps then recover them by their own rules.
     """
 
     owner: str

@@ -31,3 +31,9 @@ class Command(BaseCommand):
             if steps:
                 for name in w["steps"]:
                     self.stdout.write(f"    {name}")
+        sweeps = engine.settings.sweep_queue
+        if engine.settings.transport == "celery" and not any(sweeps in w["queues"] for w in workers):
+            self.stdout.write(
+                f"warning: no live worker consumes the sweep queue {sweeps!r}: nothing is recovered "
+                f"(add it to a worker's -Q, or run `celery -A <project> worker -Q {sweeps} -c 1`)"
+            )
