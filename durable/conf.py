@@ -24,7 +24,8 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
 ``DEFAULT_NAMESPACE``     ``"default"``.
 ``STEP_EXECUTION_LEASE``  60s. A running step's owner renews it in the
                           background; once it lapses the step is presumed
-                          lost with its worker and runs again.
+                          lost with its worker: a failed attempt (code
+                          ``worker_lost``) under the step's retry policy.
 ``STEP_LEASE``            None (off). Lost-dispatch self-heal window for steps
                           still waiting for a worker.
 ``STEP_REDISPATCH_MAX``   3. Re-dispatches before a lost step fails with

@@ -12,11 +12,12 @@ Guarantees:
   transaction if there is one) and returns its :class:`TaskResult`; the result id
   is the run id, so ``get_result()`` works from any process.
 * The task function runs as a dispatched durable step, routed to the task's
-  queue (Django's ``"default"`` queue is durable's default queue). A worker
-  that dies mid-task leaves the step to be run again once its execution lease
-  lapses; a task that raises is attempted again after a back-off, up to the
+  queue (Django's ``"default"`` queue is durable's default queue). A task
+  that raises, or whose worker dies mid-task (once its execution lease lapses:
+  error code ``worker_lost``), is attempted again after a back-off, up to the
   task's ``retries`` (``@task(retries=3)``, or :func:`retries` under ``@task`` on
-  Django 6.0; default ``OPTIONS["retries"]``, 0).
+  Django 6.0; default ``OPTIONS["retries"]``, 0): a task that kills its worker
+  every time ends ``FAILED`` after ``retries + 1`` attempts.
   A task may therefore run more than once; its result is recorded once.
 * ``run_after`` is a durable timer; ``priority`` is the run's priority.
 * Arguments and return values are JSON, as Django's Tasks framework requires.

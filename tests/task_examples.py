@@ -61,6 +61,7 @@ def add(a: int, b: int) -> int:
 
 
 @task
+@retries(1)  # the kill of its worker costs an attempt
 def blocking(log: str, release: str) -> str:
     """Record an execution, then wait (bounded) until the test creates ``release``."""
     import time

@@ -163,7 +163,7 @@ def cfx_looper(ctx: durable.WorkflowContext, state: dict[str, int]) -> dict[str,
     return {"final": n}
 
 
-@durable.step(name="cfx_refund")
+@durable.step(name="cfx_refund", retries=1, backoff=0)  # a worker lost mid-undo costs its one retry
 def cfx_refund(input: Any, output: Any) -> dict[str, Any]:
     count("refund")
     return {"refunded": output["charged"]}
@@ -208,7 +208,7 @@ def cfx_wait_event(ctx: durable.WorkflowContext, data: dict[str, Any]) -> Any:
     return ctx.wait_event(data["name"], match=data.get("match"))
 
 
-@durable.step(name="cfx_square")
+@durable.step(name="cfx_square", retries=1, backoff=0)  # a worker lost mid-step costs its one retry
 def cfx_square(x: int) -> int:
     count(f"square:{x}")
     return x * x

@@ -56,6 +56,7 @@ def test_a_task_whose_worker_is_killed_completes_on_the_next_worker(tmp_path: Pa
     assert done.return_value == "released"
     assert _lines(log) == 2  # at least once: the killed execution, then the one that finished
     assert done.attempts == 2
-    assert list(Checkpoint.objects.filter(run_id=result.id, kind="step").values_list("status", "attempts")) == [
-        ("completed", 2)
-    ]
+    # The killed attempt failed (its worker was lost) and used the task's one retry.
+    assert [e.exception_class_path for e in done.errors] == ["builtins.WorkerLost"]
+    steps = Checkpoint.objects.filter(run_id=result.id, kind="step").order_by("seq")
+    assert list(steps.values_list("status", "attempts")) == [("failed", 1), ("completed", 1)]

@@ -5,6 +5,9 @@ runs and settled with compare-and-set on ``pending``/``running``, so:
 
 * a duplicate or late delivery of the same step id finds nothing to claim;
 * a settled checkpoint always wins over a re-dispatch (the first outcome is kept);
+* a result is the claim's (owner and attempt): once a sweep counted the
+  attempt lost (its execution lease lapsed, or it timed out) the late result
+  of that attempt is refused, not recorded, and the attempt stays a failed one;
 * a result for a cancelled or completed run is dropped; a late result for a
   failed run is kept for a later requeue but does not resume it.
 
@@ -20,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable.engine import turn
 from durable.engine.current_step import StepInfo, running
+from durable.engine.ports import ClaimCheck
 from durable.engine.retry import retry_delay
 from durable.engine.serialization import error_record, to_json
 from durable.engine.vocab import StepResult
@@ -41,17 +45,18 @@ def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool =
         if store.poke_if_settled(run_id, seq, now):
             _continue(engine, run_id, continue_turn)
         return StepResult.SKIPPED
+    mine = ClaimCheck(engine.owner, claim.attempt)
     try:
         sd = engine.registry.get_step(claim.name)
     except StepNotFound as exc:
         error = error_record(exc, code="step_not_registered", retryable=False)
-        _settle(engine, run_id, seq, continue_turn, error=error)
+        _settle(engine, run_id, seq, continue_turn, mine, error=error)
         return StepResult.FAILED
 
     hold = engine.keeper.hold(
         engine.settings.step_execution_lease / 3,
         lambda: store.renew_step(run_id, seq, engine.owner, engine.clock.now() + lease),
-        lambda: None,  # the step keeps running; its result is still accepted if unsettled
+        lambda: None,  # the step keeps running; its result is refused if a sweep counted it lost
     )
     args = claim.input or {}
     try:
@@ -62,19 +67,26 @@ def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool =
         delay = retry_delay(sd, err, claim.attempt)
         if delay is not None:
             retry_at = engine.clock.now() + timedelta(seconds=delay)
-            store.finish_step(run_id, seq, engine.clock.now(), error=err, retry_at=retry_at)
+            store.finish_step(run_id, seq, engine.clock.now(), error=err, retry_at=retry_at, claim=mine)
             engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay)
             return StepResult.RETRYING
-        _settle(engine, run_id, seq, continue_turn, error=err)
+        _settle(engine, run_id, seq, continue_turn, mine, error=err)
         return StepResult.FAILED
     finally:
         hold.release()
-    _settle(engine, run_id, seq, continue_turn, output=output)
+    _settle(engine, run_id, seq, continue_turn, mine, output=output)
     return StepResult.COMPLETED
 
 
 def _settle(
-    engine: Engine, run_id: str, seq: int, inline: bool, *, output: Any = None, error: dict[str, Any] | None = None
+    engine: Engine,
+    run_id: str,
+    seq: int,
+    inline: bool,
+    claim: ClaimCheck,
+    *,
+    output: Any = None,
+    error: dict[str, Any] | None = None,
 ) -> None:
     """Record the step's outcome and continue its run.
 
@@ -86,11 +98,11 @@ def _settle(
     if inline:
         lease_until = now + timedelta(seconds=engine.settings.lease)
         run = engine.store.finish_step_and_acquire(
-            run_id, seq, now, engine.owner, lease_until, output=output, error=error
+            run_id, seq, now, engine.owner, lease_until, output=output, error=error, claim=claim
         )
         if run is not None:
             turn.run_turn(engine, run_id, acquired=run)
-    elif engine.store.finish_step(run_id, seq, now, output=output, error=error):
+    elif engine.store.finish_step(run_id, seq, now, output=output, error=error, claim=claim):
         engine.transport.dispatch_turn(run_id)
 
 

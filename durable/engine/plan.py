@@ -31,7 +31,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, TurnWrites, Waiter
+from durable.engine.ports import CheckpointRecord, CheckpointWrite, ClaimCheck, Outcome, TurnWrites, Waiter
 from durable.engine.vocab import (
     ACTIVE,
     EVENT_TOKEN,
@@ -398,9 +398,10 @@ class StepResultPlan:
 
     The run row is locked first, then the checkpoint. Nothing is written for
     a missing run or one in ``ignored_runs``; only a checkpoint whose status
-    is in ``open`` takes ``sets``. ``wake``: a suspended run is woken (its
-    wake set to ``now``), or with ``take=(owner, lease_until)`` leased to
-    ``owner`` at once for its next turn. A retry wakes nothing.
+    is in ``open`` (and, with ``claim``, that still belongs to that claim)
+    takes ``sets``. ``wake``: a suspended run is woken (its wake set to
+    ``now``), or with ``take=(owner, lease_until)`` leased to ``owner`` at
+    once for its next turn. A retry wakes nothing.
     """
 
     run_id: str
@@ -411,6 +412,7 @@ class StepResultPlan:
     take: tuple[str, datetime] | None = None
     open: tuple[CheckpointStatus, ...] = UNSETTLED
     ignored_runs: tuple[RunStatus, ...] = STEP_RESULT_IGNORED
+    claim: ClaimCheck | None = None
 
     @property
     def retry(self) -> bool:
@@ -426,8 +428,13 @@ def plan_step_result(
     error: dict[str, Any] | None = None,
     retry_at: datetime | None = None,
     take: tuple[str, datetime] | None = None,
+    claim: ClaimCheck | None = None,
 ) -> StepResultPlan:
-    """The plan of ``Store.finish_step`` (and, with ``take``, ``finish_step_and_acquire``)."""
+    """The plan of ``Store.finish_step`` (and, with ``take``, ``finish_step_and_acquire``).
+
+    With ``claim`` the result is that claim's: refused (nothing written, the
+    run still woken) unless the checkpoint is still running under it.
+    """
     if retry_at is not None:
         sets: dict[str, Any] = {
             "status": CheckpointStatus.PENDING,
@@ -436,7 +443,7 @@ def plan_step_result(
             "wake_at": retry_at,
             "locked_by": None,
         }
-        return StepResultPlan(run_id, seq, now, sets, wake=False)
+        return StepResultPlan(run_id, seq, now, sets, wake=False, claim=claim)
     status = CheckpointStatus.FAILED if error is not None else CheckpointStatus.COMPLETED
     sets = {
         "status": status,
@@ -446,7 +453,23 @@ def plan_step_result(
         "finished_at": now,
         "locked_by": None,
     }
-    return StepResultPlan(run_id, seq, now, sets, wake=True, take=take)
+    return StepResultPlan(run_id, seq, now, sets, wake=True, take=take, claim=claim)
+
+
+def plan_step_lapse(
+    run_id: str, seq: int, now: datetime, claim: ClaimCheck, error: dict[str, Any], retry_at: datetime | None
+) -> StepResultPlan:
+    """The plan of ``Store.lapse_step``: an attempt that ran out (lease or timeout) ends as a failure.
+
+    Retried at ``retry_at`` or, without one, failed with ``error``. Written
+    only while the checkpoint still belongs to ``claim`` and has run out at
+    ``now``; the checkpoint keeps its history whatever its run's status.
+    """
+    claim = ClaimCheck(claim.owner, claim.attempt, lapsed_at=now)
+    plan = plan_step_result(run_id, seq, now, error=error, retry_at=retry_at, claim=claim)
+    return StepResultPlan(
+        plan.run_id, plan.seq, now, plan.sets, plan.wake, open=(CheckpointStatus.RUNNING,), ignored_runs=(), claim=claim
+    )
 
 
 # An ended lease runs out this long before it is ended: a sweep at the same clock reading finds it lapsed.

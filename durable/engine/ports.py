@@ -9,13 +9,15 @@ store, and a PostgreSQL one that runs the same write plans of
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from durable.schedules.plan import ScheduleApplied, SchedulePlan, ScheduleRecord
+
+from durable.engine.vocab import CheckpointStatus
 
 
 @dataclass
@@ -179,6 +181,30 @@ class LeasesExpired:
     steps: int
 
 
+@dataclass(frozen=True)
+class ClaimCheck:
+    """The attempt a step write belongs to: checkpoint ``running``, ``locked_by`` ``owner``, ``attempts`` ``attempt``.
+
+    Every claim counts an attempt, so (owner, attempt) names one claim even
+    when one process claims the same step twice. With ``lapsed_at`` the
+    attempt must also have run out by then: its execution lease
+    (``wake_at``) or its timeout (``timeout_at``) earlier than ``lapsed_at``,
+    so a lease its worker renewed meanwhile is not taken away.
+    """
+
+    owner: str | None
+    attempt: int
+    lapsed_at: datetime | None = None
+
+    def holds(self, cp: Mapping[str, Any]) -> bool:
+        """Does checkpoint row ``cp`` still belong to this claim (as the stores' conditions say)?"""
+        if (cp["status"], cp["locked_by"], cp["attempts"]) != (CheckpointStatus.RUNNING, self.owner, self.attempt):
+            return False
+        if self.lapsed_at is None:
+            return True
+        return any(cp[name] is not None and cp[name] < self.lapsed_at for name in ("wake_at", "timeout_at"))
+
+
 class Store(Protocol):
     """Durable state. Every status write is compare-and-set; see :mod:`durable.store`."""
 
@@ -237,6 +263,7 @@ class Store(Protocol):
         output: Any = None,
         error: dict[str, Any] | None = None,
         retry_at: datetime | None = None,
+        claim: ClaimCheck | None = None,
     ) -> bool: ...
     def finish_step_and_acquire(
         self,
@@ -248,6 +275,7 @@ class Store(Protocol):
         *,
         output: Any = None,
         error: dict[str, Any] | None = None,
+        claim: ClaimCheck | None = None,
     ) -> RunRecord | None: ...
     def renew_step(self, run_id: str, seq: int, owner: str, lease_until: datetime) -> bool: ...
     def heartbeat_step(self, run_id: str, seq: int, now: datetime, progress: Any, lease_until: datetime) -> None: ...
@@ -298,7 +326,15 @@ class Store(Protocol):
     def settled_since(self, workflows: list[str], since: datetime, limit: int) -> list[RunRecord]: ...
     def mark_owed(self, run_id: str, subscribers: list[str]) -> bool: ...
     def expired_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]: ...
-    def reset_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool: ...
+    def lapse_step(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        claim: ClaimCheck,
+        error: dict[str, Any],
+        retry_at: datetime | None = None,
+    ) -> bool: ...
     def lost_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]: ...
     def redispatch_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool: ...
     def blocked_runs(self, limit: int) -> list[dict[str, Any]]: ...

@@ -342,10 +342,11 @@ class PostgresStatements:
         ]
 
     # -- a step result ----------------------------------------------------------------
-    def finish_step(self, take: bool) -> str:
+    def finish_step(self, take: bool, claimed: bool = False) -> str:
         """Settle an open step and wake (or, ``take``, lease) its suspended run, run row locked first.
 
-        Nothing is settled for a missing run or one whose results are ignored.
+        Nothing is settled for a missing run or one whose results are ignored;
+        ``claimed``: nor unless the step still runs under the result's claim.
         Params: :meth:`finish_step_params`. Returns one row, the run's status
         as found followed by the run's columns as leased (NULLs when not woken).
         """
@@ -357,6 +358,11 @@ class PostgresStatements:
             )
         else:
             wake = f"{q('wake_at')} = %s"
+        claim = (
+            f"AND {q('status')} = '{CheckpointStatus.RUNNING}' AND {q('locked_by')} = %s AND {q('attempts')} = %s "
+            if claimed
+            else ""
+        )
         return (
             f"WITH old AS (SELECT {q('id')}, {q('status')} FROM {RUN_TABLE} WHERE {q('id')} = %s FOR UPDATE), "
             f"woke AS (UPDATE {RUN_TABLE} d SET {wake} FROM old WHERE d.{q('id')} = old.{q('id')} "
@@ -364,7 +370,7 @@ class PostgresStatements:
             f"cp AS (UPDATE {CP_TABLE} SET {q('status')} = %s, {q('output')} = {self.param(CP_FIELD['output'])}, "
             f"{q('error')} = {self.param(CP_FIELD['error'])}, {q('wake_at')} = NULL, {q('finished_at')} = %s, "
             f"{q('locked_by')} = NULL WHERE {q('run_id')} = %s AND {q('seq')} = %s "
-            f"AND {q('status')} IN ({_in(UNSETTLED)}) "
+            f"AND {q('status')} IN ({_in(UNSETTLED)}) {claim}"
             f"AND EXISTS (SELECT 1 FROM old WHERE {q('status')} NOT IN ({_in(STEP_RESULT_IGNORED)}))) "
             f"SELECT old.{q('status')}, woke.* FROM old LEFT JOIN woke ON true"
         )
@@ -385,6 +391,7 @@ class PostgresStatements:
             sets["finished_at"],
             result.run_id,
             result.seq,
+            *((result.claim.owner, result.claim.attempt) if result.claim is not None else ()),
         ]
 
     # -- a page of schedule firings, as two statements ------------------------------------

@@ -13,10 +13,13 @@ loop, test kit); ``execute=False`` only announces it through the transport
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from durable.engine import lifecycle
 from durable.engine.core import Engine
+from durable.engine.ports import ClaimCheck
+from durable.engine.retry import retry_delay
 from durable.engine.vocab import RunStatus
 from durable.exceptions import StepNotFound, WorkflowNotFound
 from durable.worker.due import StopCheck, never
@@ -133,12 +136,18 @@ def recheck_blocked(engine: Engine) -> int:
 
 
 def recover_steps(engine: Engine, *, execute: bool = True, should_stop: StopCheck = never) -> int:
-    """Handle running steps whose worker vanished (lease lapsed) or whose timeout passed.
+    """End running steps whose attempt ran out: their worker vanished (lease lapsed) or their timeout passed.
 
-
-    A vanished worker's step goes back to pending under the same step id and
-    runs again. A timed-out attempt counts as a failure: retried under the
-    step's policy, else the step fails with code ``step_timeout``.
+    Either way the attempt counts as a failed one (code ``worker_lost`` or
+    ``step_timeout``) under the step's retry policy: retried after its
+    backoff under the same step id, else the step fails into the workflow's
+    own error handling (``except StepFailed``). A step that takes its worker
+    down with it every time is therefore attempted at most ``retries + 1``
+    times. Each end is compare-and-set on the attempt's claim
+    (``Store.lapse_step``): of sweepers racing on one attempt exactly one
+    records it, and the late result of a worker that was not dead after all
+    is refused. A sweeper without the step's definition cannot know its
+    retries: it fails the step.
     """
     store = engine.store
     now = engine.clock.now()
@@ -147,34 +156,31 @@ def recover_steps(engine: Engine, *, execute: bool = True, should_stop: StopChec
         if should_stop():
             break
         run_id, seq = row["run_id"], row["seq"]
-        if row["timeout_at"] is not None and row["timeout_at"] < now:
-            error = {
-                "message": f"step {row['name']!r} timed out",
-                "code": "step_timeout",
-                "retryable": True,
-                "type": "StepTimeout",
-                "traceback": None,
-            }
-            try:
-                sd = engine.registry.get_step(row["name"])
-                retry = row["attempts"] <= sd.retries
-                delay = sd.backoff.delay(row["attempts"]) if retry else 0.0
-            except StepNotFound:
-                retry, delay = False, 0.0
-            if retry:
-                store.finish_step(run_id, seq, now, error=error, retry_at=now + timedelta(seconds=delay))
-                engine.transport.dispatch_step(run_id, seq, row["queue"], delay=delay)
-            elif store.finish_step(run_id, seq, now, error=error):
-                _turn(engine, run_id, execute)
-            done += 1
-            continue
-        if store.reset_step(run_id, seq, row["wake_at"], now + _redelivery(engine)):
-            done += 1
-            if execute:
-                engine.execute_step(run_id, seq)
-            else:
-                engine.transport.dispatch_step(run_id, seq, row["queue"])
+        error = _lapse_error(row, now)
+        try:
+            delay = retry_delay(engine.registry.get_step(row["name"]), error, row["attempts"])
+        except StepNotFound:
+            delay = None
+        retry_at = now + timedelta(seconds=delay) if delay is not None else None
+        if not store.lapse_step(run_id, seq, now, ClaimCheck(row["locked_by"], row["attempts"]), error, retry_at):
+            continue  # another sweeper recorded it, or the attempt's result landed first
+        done += 1
+        if delay is not None:
+            engine.transport.dispatch_step(run_id, seq, row["queue"], delay=delay)
+        else:
+            _turn(engine, run_id, execute)
     return done
+
+
+def _lapse_error(row: dict[str, Any], now: datetime) -> dict[str, Any]:
+    """The error an attempt that ran out ends with: its timeout passed, or its worker was lost."""
+    name, attempt = row["name"], row["attempts"]
+    if row["timeout_at"] is not None and row["timeout_at"] < now:
+        code, kind, message = "step_timeout", "StepTimeout", f"step {name!r} timed out"
+    else:
+        code, kind = "worker_lost", "WorkerLost"
+        message = f"step {name!r} lost its worker during attempt {attempt} (its execution lease lapsed)"
+    return {"message": message, "code": code, "retryable": True, "type": kind, "traceback": None}
 
 
 def _redelivery(engine: Engine) -> timedelta:

@@ -103,17 +103,17 @@ def _behave(value: int, opts: dict[str, Any] | None) -> int:
     return value
 
 
-@durable.step(name="alpha.inc")
+@durable.step(name="alpha.inc", retries=1, backoff=0)  # a lost worker costs the retry
 def alpha_inc(value: int, opts: dict[str, Any] | None = None) -> int:
     return _behave(value, opts) + 1
 
 
-@durable.step(name="beta.double")
+@durable.step(name="beta.double", retries=1, backoff=0)  # a lost worker costs the retry
 def beta_double(value: int, opts: dict[str, Any] | None = None) -> int:
     return _behave(value, opts) * 2
 
 
-@durable.step(name="alpha.square")
+@durable.step(name="alpha.square", retries=1, backoff=0)  # a lost worker costs the retry
 def alpha_square(value: int, opts: dict[str, Any] | None = None) -> int:
     return _behave(value, opts) ** 2
 
@@ -156,3 +156,21 @@ def orphan(ctx: durable.WorkflowContext, data: dict[str, Any]) -> int:
     """A turn that hangs in a local step (first time) and then dispatches one step."""
     ctx.local_step("hang", _hang_local, ctx.run_id, data.get("gate"))
     return ctx.step(alpha_inc, data["x"], None)
+
+
+@durable.step(name="alpha.poison", retries=2, backoff=0)
+def alpha_poison() -> None:
+    """Takes its worker process down with it, every time (the execution is logged first)."""
+    info = durable.current_step()
+    assert info is not None, "steps of this suite only run dispatched"
+    record(kind="step", name=info.name, run=info.run_id, seq=info.seq, attempt=info.attempt)
+    os._exit(1)
+
+
+@durable.workflow(name="it.guarded")
+def guarded(ctx: durable.WorkflowContext, data: dict[str, Any]) -> Any:
+    """One poison step, its failure handled by the workflow."""
+    try:
+        return ctx.step(alpha_poison)
+    except durable.StepFailed as exc:
+        return {"caught": exc.error["code"], "attempts": exc.attempts}

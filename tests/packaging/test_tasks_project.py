@@ -5,8 +5,9 @@ a new ``django-admin startproject`` whose only durable setting is ``TASKS``
 (plus ``DURABLE_TRANSPORT=manual`` on the web side, as the deployment docs say
 for web processes). A view enqueues a task; a ``durable_worker`` starts it and
 is killed with SIGKILL mid-task; once its execution lease has run out (moved
-into the past here rather than waited for), a second worker runs the task to
-completion, and ``get_result()`` reads it back: successful, two attempts.
+into the past here rather than waited for), the lost attempt counts as a failed
+one (the task has one retry), a second worker runs the task to completion, and
+``get_result()`` reads it back: successful, two attempts, the lost one's error.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ pytestmark = pytest.mark.slow
 
 SETTINGS_TAIL = """
 INSTALLED_APPS += ["durable", "mail"]
-TASKS = {"default": {"BACKEND": "durable.tasks_backend.DurableBackend"}}
+TASKS = {"default": {"BACKEND": "durable.tasks_backend.DurableBackend", "OPTIONS": {"retries": 1}}}
 """
 
 TASKS = """
@@ -89,8 +90,8 @@ elif action == "lapse":
     print("OUT " + json.dumps([step.status, step.attempts]))
 else:
     result = send.get_result(sys.argv[2])
-    value = result.return_value if result.is_finished and not result.errors else None
-    print("OUT " + json.dumps([str(result.status), value, result.attempts]))
+    value = result.return_value if str(result.status) == "SUCCESSFUL" else None
+    print("OUT " + json.dumps([str(result.status), value, result.attempts, len(result.errors)]))
 """
 
 
@@ -180,5 +181,6 @@ def test_a_view_enqueues_a_task_that_survives_the_kill_of_its_worker(wheel: Path
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(timeout=60)
-    assert _out(_run([python, "script.py", "result", result_id], cwd=tmp_path, env=web)) == ["SUCCESSFUL", "sent", 2]
+    # The killed attempt is a failed one (its worker was lost): it used the task's one retry.
+    assert _out(_run([python, "script.py", "result", result_id], cwd=tmp_path, env=web)) == ["SUCCESSFUL", "sent", 2, 1]
     assert _lines(marker) == 2  # at least once: the killed execution, then the one that finished

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from durable.engine.ports import Outcome, RunRecord, TurnWrites, Waiter
+from durable.engine.ports import ClaimCheck, Outcome, RunRecord, TurnWrites, Waiter
 from durable.engine.vocab import RUN_TOKEN, CheckpointKind, CheckpointStatus, RunStatus
 from durable.store.memory import MemoryStore
 from tests.store.conftest import _database_store, at, creates, fields, record, step
@@ -238,16 +238,19 @@ def _sweep_reads(p: Player, run_id: str, owner: str) -> None:
     p.both("sweep reads", reads)
 
 
-def _reset_step(p: Player, run_id: str, owner: str) -> None:
+def _lapse_step(p: Player, run_id: str, owner: str) -> None:
     seq = p.pick_seq(run_id)
 
-    def reset(store: Any) -> Any:
+    def lapse(store: Any) -> Any:
         cp = store.load_checkpoints(run_id).get(seq)
         expected = cp.wake_at if cp is not None else None
+        claim = ClaimCheck(cp.locked_by if cp is not None else owner, cp.attempts if cp is not None else 1)
         new_wake = p.now + timedelta(seconds=25)
-        return store.reset_step(run_id, seq, expected, new_wake), store.redispatch_step(run_id, seq, expected, new_wake)
+        retry = new_wake if seq % 2 else None  # a retry, or the step failed for good
+        lapsed = store.lapse_step(run_id, seq, p.now, claim, ERROR, retry)
+        return lapsed, store.redispatch_step(run_id, seq, expected, new_wake)
 
-    p.both(f"reset/redispatch {run_id}#{seq}", reset)
+    p.both(f"lapse/redispatch {run_id}#{seq}", lapse)
 
 
 OPS = [
@@ -276,7 +279,7 @@ OPS = [
     _renew_step,
     _timeout,
     _sweep_reads,
-    _reset_step,
+    _lapse_step,
 ]
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable.engine.ports import Waiter
+from durable.engine.ports import ClaimCheck, Waiter
 from durable.engine.vocab import CheckpointKind, CheckpointStatus
 from tests.store.conftest import (
     LEASE,
@@ -211,13 +211,23 @@ def test_expired_steps_are_running_steps_past_their_lease_or_timeout(store: Any)
     store.claim_step("r1", 3, OWNER, at(1), at(90))
     got = sorted(store.expired_steps(at(21), 10), key=lambda row: row["seq"])
     assert got == [
-        {"run_id": "r1", "seq": 1, "name": "work", "queue": None, "attempts": 1, "wake_at": at(20), "timeout_at": None},
+        {
+            "run_id": "r1",
+            "seq": 1,
+            "name": "work",
+            "queue": None,
+            "attempts": 1,
+            "locked_by": OWNER,
+            "wake_at": at(20),
+            "timeout_at": None,
+        },
         {
             "run_id": "r1",
             "seq": 2,
             "name": "work",
             "queue": None,
             "attempts": 1,
+            "locked_by": OWNER,
             "wake_at": at(90),
             "timeout_at": at(11),
         },
@@ -225,15 +235,65 @@ def test_expired_steps_are_running_steps_past_their_lease_or_timeout(store: Any)
     assert len(store.expired_steps(at(21), 1)) == 1
 
 
-def test_reset_step_puts_a_lost_step_back_to_pending_once(store: Any, probe: Any) -> None:
+LOST = {"message": "worker gone", "code": "worker_lost", "retryable": True, "type": "WorkerLost", "traceback": None}
+
+
+def test_lapse_step_retries_a_lapsed_attempt_once_under_its_claim(store: Any) -> None:
     suspended(store, "r1", step(1))
     store.claim_step("r1", 1, OWNER, at(1), at(20))
-    assert store.reset_step("r1", 1, at(19), at(50)) is False
-    assert store.reset_step("r1", 1, at(20), at(50)) is True
+    claim = ClaimCheck(OWNER, 1)
+    assert store.lapse_step("r1", 1, at(20), claim, LOST, at(40)) is False  # not lapsed yet: 20 is not before 20
+    assert store.lapse_step("r1", 1, at(21), ClaimCheck(OTHER, 1), LOST, at(40)) is False  # not its claim
+    assert store.lapse_step("r1", 1, at(21), ClaimCheck(OWNER, 2), LOST, at(40)) is False  # not that attempt
+    assert store.lapse_step("r1", 1, at(21), claim, LOST, at(40)) is True
     cp = store.load_checkpoints("r1")[1]
-    assert (cp.status, cp.locked_by, cp.wake_at, cp.attempts) == ("pending", None, at(50), 1)
-    assert probe.step("r1", 1)["dispatches"] == 1
-    assert store.reset_step("r1", 1, at(50), at(80)) is False  # pending now
+    assert (cp.status, cp.locked_by, cp.attempts, cp.error, cp.retry_at, cp.wake_at) == (
+        "pending",
+        None,
+        1,
+        LOST,
+        at(40),
+        at(40),
+    )
+    # A second sweeper on the same attempt, and the late result of its worker, find nothing to do.
+    assert store.lapse_step("r1", 1, at(22), claim, LOST, at(41)) is False
+    assert store.finish_step("r1", 1, at(23), output="late", claim=claim) is True  # wakes; records nothing
+    assert store.load_checkpoints("r1")[1].status == "pending"
+    assert store.get_run("r1").status == "suspended"
+    assert store.claim_step("r1", 1, OWNER, at(39), at(99)) is None  # the backoff holds
+    assert store.claim_step("r1", 1, OWNER, at(40), at(99)).attempt == 2
+
+
+def test_lapse_step_past_the_retries_fails_the_step_and_wakes_the_run(store: Any) -> None:
+    suspended(store, "r1", step(1), wake_at=at(500))
+    store.claim_step("r1", 1, OWNER, at(1), at(90), lambda name: 10.0)
+    assert store.lapse_step("r1", 1, at(11), ClaimCheck(OWNER, 1), LOST) is False  # at its timeout, not past
+    assert store.lapse_step("r1", 1, at(12), ClaimCheck(OWNER, 1), LOST) is True  # its timeout passed
+    cp = store.load_checkpoints("r1")[1]
+    assert (cp.status, cp.error, cp.finished_at, cp.locked_by) == ("failed", LOST, at(12), None)
+    assert store.get_run("r1").wake_at == at(12)
+    assert store.lapse_step("r1", 1, at(13), ClaimCheck(OWNER, 1), LOST) is False
+
+
+def test_a_renewed_lease_is_not_lapsed(store: Any) -> None:
+    suspended(store, "r1", step(1))
+    store.claim_step("r1", 1, OWNER, at(1), at(20))
+    assert store.renew_step("r1", 1, OWNER, at(50))  # after the sweep read it lapsed, before it wrote
+    assert store.lapse_step("r1", 1, at(21), ClaimCheck(OWNER, 1), LOST, at(40)) is False
+    assert store.load_checkpoints("r1")[1].status == "running"
+
+
+def test_a_result_under_a_later_claim_is_refused(store: Any) -> None:
+    suspended(store, "r1", step(1))
+    store.claim_step("r1", 1, OWNER, at(1), at(20))
+    store.lapse_step("r1", 1, at(21), ClaimCheck(OWNER, 1), LOST, at(21))
+    store.claim_step("r1", 1, OWNER, at(22), at(80))  # the same owner claims the retry (attempt 2)
+    store.finish_step("r1", 1, at(23), output="from attempt 1", claim=ClaimCheck(OWNER, 1))
+    assert store.finish_step_and_acquire("r1", 1, at(24), OTHER, at(54), output="x", claim=ClaimCheck(OTHER, 2))
+    assert store.load_checkpoints("r1")[1].status == "running"
+    assert store.finish_step("r1", 1, at(25), output="from attempt 2", claim=ClaimCheck(OWNER, 2)) is False
+    cp = store.load_checkpoints("r1")[1]
+    assert (cp.status, cp.output, cp.attempts) == ("completed", "from attempt 2", 2)
 
 
 def test_lost_steps_are_pending_steps_past_their_redelivery_time(store: Any) -> None:

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from durable.engine.plan import StepResultPlan, plan_step_claim, plan_step_result
-from durable.engine.ports import RunRecord, StepClaim
+from durable.engine.plan import StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
+from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.engine.vocab import SETTLED, CheckpointStatus
 from durable.store.memory.base import MemoryBase, atomically
 from durable.store.memory.tables import CHECKPOINT_JSON, Row, as_json, run_record
@@ -77,25 +77,56 @@ class StepsPart(MemoryBase):
         output: Any = None,
         error: dict[str, Any] | None = None,
         retry_at: datetime | None = None,
+        claim: ClaimCheck | None = None,
     ) -> bool:
         """Settle (or schedule the retry of) a dispatched step; wake its run.
 
         Returns True when the run was woken. Results for missing, cancelled or
         completed runs are dropped; a late result for a failed run is kept
         (for a requeue) without resuming it. A settled checkpoint is never
-        changed, but a duplicate result still wakes a suspended run.
+        changed, but a duplicate result still wakes a suspended run. With
+        ``claim``, a result is refused once that attempt is no longer the
+        checkpoint's (counted lost by a sweep, or claimed again).
         """
-        return self._execute_result(plan_step_result(run_id, seq, now, output=output, error=error, retry_at=retry_at))
+        plan = plan_step_result(run_id, seq, now, output=output, error=error, retry_at=retry_at, claim=claim)
+        return self._execute_result(plan)
 
     def _execute_result(self, plan: StepResultPlan) -> bool:
         """Execute a step-result plan; True when the run was woken."""
         run = self.tables.runs.get(plan.run_id)
         if run is None or run["status"] in plan.ignored_runs:
             return False
-        cp = self._checkpoint(plan.run_id, plan.seq)
-        if cp is not None and cp["status"] in plan.open:
-            self.tables.set(cp, **{k: as_json(v) if k in CHECKPOINT_JSON else v for k, v in plan.sets.items()})
+        self._settle_checkpoint(plan)
         return plan.wake and bool(self._wake([plan.run_id], plan.now))
+
+    def _settle_checkpoint(self, plan: StepResultPlan) -> bool:
+        cp = self._checkpoint(plan.run_id, plan.seq)
+        if cp is None or cp["status"] not in plan.open or (plan.claim is not None and not plan.claim.holds(cp)):
+            return False
+        self.tables.set(cp, **{k: as_json(v) if k in CHECKPOINT_JSON else v for k, v in plan.sets.items()})
+        return True
+
+    @atomically
+    def lapse_step(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        claim: ClaimCheck,
+        error: dict[str, Any],
+        retry_at: datetime | None = None,
+    ) -> bool:
+        """End an attempt that ran out as a failed one: retried at ``retry_at``, else failed with ``error``.
+
+        Compare-and-set on ``claim`` (still running under it, run out at
+        ``now``): of racing sweepers exactly one writes. True if this call did.
+        """
+        plan = plan_step_lapse(run_id, seq, now, claim, error, retry_at)
+        if run_id not in self.tables.runs or not self._settle_checkpoint(plan):
+            return False
+        if plan.wake:
+            self._wake([run_id], now)
+        return True
 
     @atomically
     def finish_step_and_acquire(
@@ -108,12 +139,13 @@ class StepsPart(MemoryBase):
         *,
         output: Any = None,
         error: dict[str, Any] | None = None,
+        claim: ClaimCheck | None = None,
     ) -> RunRecord | None:
         """:meth:`finish_step`, then the woken run leased to ``owner`` (its next turn), in one write.
 
         None when the run was not woken (running elsewhere, blocked, over).
         """
-        if not self.finish_step(run_id, seq, now, output=output, error=error):
+        if not self.finish_step(run_id, seq, now, output=output, error=error, claim=claim):
             return None
         row = self.tables.runs[run_id]
         self._take(row, owner, now, lease_until)

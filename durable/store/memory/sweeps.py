@@ -12,7 +12,7 @@ from durable.engine.vocab import ACTIVE, UNSETTLED, CheckpointKind, CheckpointSt
 from durable.store.memory.base import MemoryBase, atomically, dead_letter, locked
 from durable.store.memory.tables import Row, as_json, run_record
 
-_EXPIRED_STEP = ("run_id", "seq", "name", "queue", "attempts", "wake_at", "timeout_at")
+_EXPIRED_STEP = ("run_id", "seq", "name", "queue", "attempts", "locked_by", "wake_at", "timeout_at")
 _LOST_STEP = ("run_id", "seq", "name", "queue", "dispatches", "wake_at", "retry_at")
 
 
@@ -174,17 +174,6 @@ class SweepsPart(MemoryBase):
             or (cp["timeout_at"] is not None and cp["timeout_at"] < now)
         ]
         return [{name: cp[name] for name in _EXPIRED_STEP} for cp in rows[:limit]]
-
-    @atomically
-    def reset_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool:
-        """Put a running step whose worker vanished back to pending (same step id)."""
-        cp = self.tables.checkpoints.get(run_id, {}).get(seq)
-        if cp is None or cp["status"] != CheckpointStatus.RUNNING or cp["wake_at"] != expected_wake:
-            return False
-        self.tables.set(
-            cp, status=CheckpointStatus.PENDING, locked_by=None, wake_at=new_wake, dispatches=cp["dispatches"] + 1
-        )
-        return True
 
     @locked
     def lost_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]:

@@ -175,16 +175,9 @@ class DueWork(StoreBase):
         rows = (
             Checkpoint.objects.filter(kind=CheckpointKind.STEP, status=CheckpointStatus.RUNNING)
             .filter(Q(wake_at__lt=now) | Q(timeout_at__lt=now))
-            .values("run_id", "seq", "name", "queue", "attempts", "wake_at", "timeout_at")[:limit]
+            .values("run_id", "seq", "name", "queue", "attempts", "locked_by", "wake_at", "timeout_at")[:limit]
         )
         return [dict(row) for row in rows]
-
-    def reset_step(self, run_id: str, seq: int, expected_wake: datetime | None, new_wake: datetime) -> bool:
-        """Put a running step whose worker vanished back to pending (same step id)."""
-        cp = Checkpoint.objects.filter(run_id=run_id, seq=seq, status=CheckpointStatus.RUNNING, wake_at=expected_wake)
-        return bool(
-            cp.update(status=CheckpointStatus.PENDING, locked_by=None, wake_at=new_wake, dispatches=F("dispatches") + 1)
-        )
 
     def lost_steps(self, now: datetime, limit: int) -> list[dict[str, Any]]:
         """Pending dispatched steps that no worker took before their redelivery time."""

@@ -12,9 +12,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
+from django.db.models import Q
 
-from durable.engine.ports import CheckpointRecord, RunRecord
-from durable.engine.vocab import ACTIVE, RunStatus
+from durable.engine.ports import CheckpointRecord, ClaimCheck, RunRecord
+from durable.engine.vocab import ACTIVE, CheckpointStatus, RunStatus
 from durable.models import Run, SignalWaiter
 
 
@@ -30,6 +31,14 @@ def matches(match: dict[str, Any] | None, payload: Any) -> bool:
 
 
 CP_FIELDS = list(CheckpointRecord.__dataclass_fields__)
+
+
+def claimed(claim: ClaimCheck) -> Q:
+    """The condition of :class:`~durable.engine.ports.ClaimCheck` on checkpoint rows."""
+    held = Q(status=CheckpointStatus.RUNNING, locked_by=claim.owner, attempts=claim.attempt)
+    if claim.lapsed_at is None:
+        return held
+    return held & (Q(wake_at__lt=claim.lapsed_at) | Q(timeout_at__lt=claim.lapsed_at))
 
 
 def run_record(row: Run) -> RunRecord:

@@ -9,11 +9,11 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F
 
-from durable.engine.plan import StepClaimPlan, StepResultPlan, plan_step_claim, plan_step_result
-from durable.engine.ports import RunRecord, StepClaim
+from durable.engine.plan import StepClaimPlan, StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
+from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.engine.vocab import SETTLED, CheckpointStatus, RunStatus
 from durable.models import Checkpoint, Run
-from durable.store.portable.shared import StoreBase
+from durable.store.portable.shared import StoreBase, claimed
 
 
 class StepRows(StoreBase):
@@ -77,14 +77,20 @@ class StepRows(StoreBase):
         output: Any = None,
         error: dict[str, Any] | None = None,
         retry_at: datetime | None = None,
+        claim: ClaimCheck | None = None,
     ) -> bool:
         """Settle (or schedule the retry of) a dispatched step; wake its run.
 
         Returns True when the run was woken and should take its next turn.
         A duplicate result finds the checkpoint settled, changes nothing, and
         still wakes the run so a resume lost after the first result is re-driven.
+        With ``claim`` (a worker's result for the attempt it claimed) the
+        result is refused, nothing written, once that attempt is no longer the
+        checkpoint's: a sweep counted it lost (:meth:`lapse_step`) or a later
+        claim holds the step.
         """
-        return self._finish_step(plan_step_result(run_id, seq, now, output=output, error=error, retry_at=retry_at))
+        plan = plan_step_result(run_id, seq, now, output=output, error=error, retry_at=retry_at, claim=claim)
+        return self._finish_step(plan)
 
     def _finish_step(self, plan: StepResultPlan) -> bool:
         """Execute a step result's plan (run row locked first, then the checkpoint); True if woken."""
@@ -92,10 +98,45 @@ class StepRows(StoreBase):
             status = Run.objects.select_for_update().filter(id=plan.run_id).values_list("status", flat=True).first()
             if status is None or status in plan.ignored_runs:
                 return False
-            Checkpoint.objects.filter(run_id=plan.run_id, seq=plan.seq, status__in=plan.open).update(**plan.sets)
+            self._settle_checkpoint(plan)
             if not plan.wake or status != RunStatus.SUSPENDED:
                 return False
             return bool(Run.objects.filter(id=plan.run_id, status=RunStatus.SUSPENDED).update(wake_at=plan.now))
+
+    @staticmethod
+    def _settle_checkpoint(plan: StepResultPlan) -> bool:
+        """Write the plan's checkpoint columns where its conditions hold; True if written."""
+        cps = Checkpoint.objects.filter(run_id=plan.run_id, seq=plan.seq, status__in=plan.open)
+        if plan.claim is not None:
+            cps = cps.filter(claimed(plan.claim))
+        return bool(cps.update(**plan.sets))
+
+    def lapse_step(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        claim: ClaimCheck,
+        error: dict[str, Any],
+        retry_at: datetime | None = None,
+    ) -> bool:
+        """End a running attempt that ran out (its execution lease or its timeout) as a failed attempt.
+
+        Retried at ``retry_at`` (pending again, same step id) or, without it,
+        failed with ``error``, waking a suspended run. Compare-and-set on the
+        claim (:class:`~durable.engine.ports.ClaimCheck`: still running under
+        ``claim``, and run out at ``now``): of sweepers racing on the same
+        attempt exactly one writes, and the late result of the attempt's
+        worker is refused afterwards. True when this call wrote it.
+        """
+        plan = plan_step_lapse(run_id, seq, now, claim, error, retry_at)
+        with transaction.atomic():
+            status = Run.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
+            if status is None or not self._settle_checkpoint(plan):
+                return False
+            if plan.wake and status == RunStatus.SUSPENDED:
+                Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now)
+        return True
 
     def finish_step_and_acquire(
         self,
@@ -107,6 +148,7 @@ class StepRows(StoreBase):
         *,
         output: Any = None,
         error: dict[str, Any] | None = None,
+        claim: ClaimCheck | None = None,
     ) -> RunRecord | None:
         """:meth:`finish_step`, then take the woken run's lease for ``owner`` (its next turn).
 
@@ -114,7 +156,7 @@ class StepRows(StoreBase):
         turn); None when it was not woken (still running elsewhere, blocked,
         over).
         """
-        if not self.finish_step(run_id, seq, now, output=output, error=error):
+        if not self.finish_step(run_id, seq, now, output=output, error=error, claim=claim):
             return None
         return self.acquire(run_id, owner, now, lease_until)
 

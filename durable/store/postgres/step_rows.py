@@ -9,7 +9,7 @@ from typing import Any
 from django.db import connection
 
 from durable.engine.plan import StepClaimPlan, StepResultPlan, plan_step_result
-from durable.engine.ports import RunRecord, StepClaim
+from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.engine.vocab import RunStatus
 from durable.store.portable.step_rows import StepRows
 from durable.store.postgres.base import PostgresBase
@@ -40,7 +40,8 @@ class PostgresSteps(PostgresBase, StepRows):
     def _settle_step(self, plan: StepResultPlan) -> tuple[str | None, RunRecord | None]:
         """Settle and wake (or lease) in one statement; the run's status as found, the run as leased."""
         rows = self._execute(
-            self._statements.finish_step(plan.take is not None), self._statements.finish_step_params(plan)
+            self._statements.finish_step(plan.take is not None, plan.claim is not None),
+            self._statements.finish_step_params(plan),
         )
         if not rows:
             return None, None
@@ -50,7 +51,7 @@ class PostgresSteps(PostgresBase, StepRows):
         return status, to_run(run)
 
     def _finish_step(self, plan: StepResultPlan) -> bool:
-        if plan.retry:
+        if plan.retry or (plan.claim is not None and plan.claim.lapsed_at is not None):
             return super()._finish_step(plan)
         status, _ = self._settle_step(plan)
         return status == RunStatus.SUSPENDED
@@ -65,7 +66,8 @@ class PostgresSteps(PostgresBase, StepRows):
         *,
         output: Any = None,
         error: dict[str, Any] | None = None,
+        claim: ClaimCheck | None = None,
     ) -> RunRecord | None:
         """Settle the step and take the woken run's lease, in the one statement (no wake write, no acquire)."""
-        plan = plan_step_result(run_id, seq, now, output=output, error=error, take=(owner, lease_until))
+        plan = plan_step_result(run_id, seq, now, output=output, error=error, take=(owner, lease_until), claim=claim)
         return self._settle_step(plan)[1]
