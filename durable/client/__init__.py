@@ -27,6 +27,7 @@ from durable.engine.current_step import current_step as _current_step
 from durable.engine.current_step import heartbeat as _heartbeat
 from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.serialization import to_json
+from durable.engine.vocab import RunStatus
 from durable.exceptions import InvalidInput, RunNotFound
 from durable.results import RunInfo, RunPage
 from durable.run_filters import check_filters, check_statuses, decode_cursor, encode_cursor, parse_attribute_filters
@@ -148,10 +149,13 @@ class Client(MessagesMixin, RepairsMixin):
         check_id(run_id)
         if not isinstance(compensate, bool):
             raise InvalidInput(f"compensate must be a boolean, got {compensate!r}")
-        with self.engine.store.atomic():
-            done, woken = self.engine.store.cancel(run_id, self.engine.clock.now(), compensate)
-            self._dispatch_after_commit(woken)
-        return done
+        engine = self.engine
+        with engine.store.atomic():
+            result = engine.store.cancel(run_id, engine.clock.now(), compensate)
+            self._dispatch_after_commit(list(result.woken))
+            if result.cancelled:
+                transaction.on_commit(lambda: engine.emit_settled(RunStatus.CANCELLED, result.cancelled))
+        return result.done
 
     def heartbeat(self, progress: Any = None) -> bool:
         """From inside a dispatched step: record liveness (see :func:`durable.heartbeat`)."""

@@ -8,7 +8,8 @@ What it measures while it runs lives in its :class:`EngineStats`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from durable.engine import execution, turn
@@ -19,6 +20,8 @@ from durable.engine.owners import make_owner_id as make_owner_id
 from durable.engine.ports import CheckpointRecord, RunRecord, Store, Transport
 from durable.engine.registry import Registry
 from durable.engine.vocab import StepResult, TurnResult
+
+logger = logging.getLogger("durable")
 
 
 class Fleet(Protocol):
@@ -119,6 +122,22 @@ class Engine:
 
     def emit(self, status: str, run: RunRecord) -> None:
         self.listeners.emit(status, run)
+
+    def emit_settled(self, status: str, run_ids: Iterable[str]) -> None:
+        """Tell the listeners about runs a write outside a turn moved to ``status`` (a cancel, a sweep).
+
+        Call it once per write, after that write committed: each run is read
+        back (its committed row) and announced once. A run that cannot be read
+        is logged and skipped; this never raises.
+        """
+        for run_id in run_ids:
+            try:
+                run = self.store.get_run(run_id)
+            except Exception:
+                logger.warning("could not read %s to announce it %s", run_id, status, exc_info=True)
+                continue
+            if run is not None:
+                self.emit(status, run)
 
     def emit_lifecycle(self, run: RunRecord, subscriber: str, outcome: str) -> None:
         self.listeners.emit_lifecycle(run, subscriber, outcome)

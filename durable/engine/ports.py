@@ -133,14 +133,33 @@ class CommitResult:
     cancelled children's parents), to dispatch after commit. ``wake_at``: a
     suspended run's wake as written, which may be sooner than the one the
     turn asked for (a cancel-with-undo, or a step result, arrived meanwhile).
+    ``cancelled``: runs the commit moved to ``cancelled`` (fail-fast siblings
+    and their descendants), to announce after commit.
     """
 
     written: bool
     woken: tuple[str, ...] = ()
     wake_at: datetime | None = None
+    cancelled: tuple[str, ...] = ()
 
 
 REFUSED = CommitResult(written=False)
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    """What :meth:`Store.cancel` did.
+
+    ``done``: the run was active and this call cancelled it (or, with undo,
+    asked it to stop). ``woken``: runs to dispatch a turn for after commit.
+    ``cancelled``: the runs this call moved to ``cancelled`` itself (the run
+    and its active descendants; with undo only the blocked ones, the others
+    end ``cancelled`` in their own next turn).
+    """
+
+    done: bool
+    woken: tuple[str, ...] = ()
+    cancelled: tuple[str, ...] = ()
 
 
 @dataclass
@@ -214,7 +233,7 @@ class Store(Protocol):
     ) -> RunRecord | None: ...
     def get_run(self, run_id: str) -> RunRecord | None: ...
     def signal(self, run_id: str, name: str, payload: Any, now: datetime) -> bool: ...
-    def cancel(self, run_id: str, now: datetime, compensate: bool = False) -> tuple[bool, list[str]]: ...
+    def cancel(self, run_id: str, now: datetime, compensate: bool = False) -> CancelResult: ...
     def requeue(self, run_id: str, now: datetime, deadline_at: datetime | None) -> list[str]: ...
     def pending_steps(self, run_id: str, now: datetime, new_wake: datetime) -> list[tuple[int, str | None]]: ...
     def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None: ...

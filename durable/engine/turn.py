@@ -162,7 +162,10 @@ def prepare_turn(
         wf = engine.registry.get_workflow(run.workflow, run.version)
     except WorkflowNotFound as exc:
         reason = error_record(exc, code="workflow_not_registered", retryable=True)
-        return TurnResult.BLOCKED if store.block(run.id, owner, now, reason) else TurnResult.LOST
+        if not store.block(run.id, owner, now, reason):
+            return TurnResult.LOST
+        engine.emit_settled(RunStatus.BLOCKED, [run.id])
+        return TurnResult.BLOCKED
     hold: Hold | None = None
     try:
         # A run's first turn has no history to read.
@@ -215,6 +218,8 @@ def finish_turn(engine: Engine, ready: ReadyTurn, result: CommitResult) -> TurnR
     run.status = outcome.status
     run.output, run.error = outcome.output, outcome.error
     engine.emit(outcome.status, run)
+    if result.cancelled:
+        engine.emit_settled(RunStatus.CANCELLED, result.cancelled)
     if outcome.lifecycle is not None:
         try:
             lifecycle.publish(engine, run.id)
@@ -271,6 +276,7 @@ def _abandon(engine: Engine, run_id: str, exc: BaseException) -> TurnResult:
         if status == RunStatus.DEAD:
             logger.error("run %s dead-lettered: its turn keeps failing (%s)", run_id, exc)
             engine.store.notify_settled(run_id, now)
+            engine.emit_settled(RunStatus.DEAD, [run_id])
     except Exception:
         # The lease will expire and the orphan sweep will take the run.
         logger.warning("could not release %s after a fault", run_id, exc_info=True)

@@ -55,6 +55,7 @@ def expire_timeouts(engine: Engine, *, should_stop: StopCheck = never) -> int:
         owed = lifecycle.owed_record(engine, rec.workflow, RunStatus.FAILED)
         if engine.store.fail_overdue(run_id, now, error, owed):
             done += 1
+            engine.emit_settled(RunStatus.FAILED, [run_id])
             _notify(engine, run_id)
             if owed:
                 lifecycle.publish(engine, run_id)
@@ -96,6 +97,7 @@ def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCh
         if isinstance(result, str):
             counts["dead"] += 1
             logger.error("run %s dead-lettered after too many recoveries", run_id)
+            engine.emit_settled(RunStatus.DEAD, [run_id])
             _notify(engine, run_id)
             lifecycle.publish(engine, run_id)
             continue

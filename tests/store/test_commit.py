@@ -306,6 +306,7 @@ def test_cancelled_siblings_wake_their_waiters(store: Any) -> None:
     result = store.commit("r1", OWNER, at(4), at(34), writes, outcome)
     assert written(result)
     assert (store.get_run("kid").status, store.get_run("grandkid").status) == ("cancelled", "cancelled")
+    assert sorted(result.cancelled) == ["grandkid", "kid"]  # announced after commit
     assert woken(result, outcome) == ["watcher"]
     assert store.get_run("watcher").wake_at == at(4)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from durable.engine.ports import ClaimCheck, Outcome, RunRecord, TurnWrites, Waiter
+from durable.engine.ports import CancelResult, ClaimCheck, Outcome, RunRecord, TurnWrites, Waiter
 from durable.engine.vocab import RUN_TOKEN, CheckpointKind, CheckpointStatus, RunStatus
 from durable.store.memory import MemoryStore
 from tests.store.conftest import _database_store, at, creates, fields, record, step
@@ -152,8 +152,9 @@ def _claim(p: Player, run_id: str, owner: str) -> None:
 def _cancel(p: Player, run_id: str, owner: str) -> None:
     compensate = p.rng.random() < 0.3
 
-    def norm(store: Any, got: tuple[bool, list[str]]) -> Any:
-        return got[0], sorted(r for r in got[1] if store.get_run(r).status == RunStatus.SUSPENDED or compensate)
+    def norm(store: Any, got: CancelResult) -> Any:
+        woken = sorted(r for r in got.woken if store.get_run(r).status == RunStatus.SUSPENDED or compensate)
+        return got.done, woken, sorted(got.cancelled)
 
     p.both(f"cancel {run_id} compensate={compensate}", lambda s: s.cancel(run_id, p.now, compensate), norm)
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from durable.engine.ports import CheckpointWrite, Outcome, TurnWrites, Waiter
+from durable.engine.ports import CancelResult, CheckpointWrite, Outcome, TurnWrites, Waiter
 from durable.engine.vocab import EVENT_TOKEN, RUN_TOKEN, CheckpointKind, CheckpointStatus, RunStatus
 from tests.store.conftest import (
     LEASE,
@@ -61,7 +61,7 @@ def test_release_after_a_cancel_never_dead_letters(store: Any) -> None:
 
 def test_cancel_with_compensation_of_a_running_run_marks_it_without_a_wake(store: Any) -> None:
     running(store, "r1")
-    assert store.cancel("r1", at(5), compensate=True) == (True, ["r1"])
+    assert store.cancel("r1", at(5), compensate=True) == CancelResult(True, ("r1",))
     run = store.get_run("r1")
     assert (run.status, run.cancel_requested, run.wake_at, run.locked_by) == ("running", True, None, OWNER)
     assert store.lease_held("r1", OWNER) is True

@@ -67,7 +67,7 @@ def test_concurrent_cancel_and_commit_never_both_win() -> None:
     def race(i: int) -> Any:
         run_id = f"r{i // 2}"
         if i % 2:
-            return store.cancel(run_id, at(1))[0]
+            return store.cancel(run_id, at(1)).done
         outcome = Outcome(RunStatus.COMPLETED, output=i, had_waiters=False)
         return store.commit(run_id, "turn", at(1), at(31), TurnWrites(), outcome).written
 

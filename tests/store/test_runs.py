@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from durable.engine.ports import Outcome, TurnWrites, Waiter
+from durable.engine.ports import CancelResult, Outcome, TurnWrites, Waiter
 from durable.engine.vocab import RUN_TOKEN, CheckpointKind, CheckpointStatus, RunStatus
 from durable.exceptions import InvalidRunState, RunNotFound
 from tests.store.conftest import (
@@ -295,7 +295,8 @@ def test_cancel_stops_a_run_and_its_active_descendants(store: Any, probe: Any) -
     running(store, "done", parent_id="root")
     finish(store, "done")
     store.create_run(fields("stranger"))
-    assert store.cancel("root", at(9)) == (True, [])
+    result = store.cancel("root", at(9))
+    assert (result.done, result.woken, sorted(result.cancelled)) == (True, (), ["grandkid", "kid", "root"])
     for run_id in ("root", "kid", "grandkid"):
         run = store.get_run(run_id)
         assert (run.status, run.finished_at, run.updated_at, run.wake_at, run.locked_by) == (
@@ -312,14 +313,14 @@ def test_cancel_stops_a_run_and_its_active_descendants(store: Any, probe: Any) -
 def test_cancel_wakes_the_runs_waiting_on_a_cancelled_run(store: Any) -> None:
     store.create_run(fields("kid"))
     suspended(store, "parent", wake_at=at(300), waiters=[Waiter(RUN_TOKEN + "kid", 1)])
-    assert store.cancel("kid", at(4)) == (True, ["parent"])
+    assert store.cancel("kid", at(4)) == CancelResult(True, ("parent",), ("kid",))
     assert store.get_run("parent").wake_at == at(4)
 
 
 def test_cancel_of_a_settled_or_unknown_run(store: Any) -> None:
     running(store, "r1")
     finish(store, "r1")
-    assert store.cancel("r1", at(2)) == (False, [])
+    assert store.cancel("r1", at(2)) == CancelResult(False)
     assert store.get_run("r1").status == "completed"
     with pytest.raises(RunNotFound):
         store.cancel("nope", at(2))
@@ -339,8 +340,12 @@ def test_cancel_with_compensation_marks_and_wakes_the_tree(store: Any) -> None:
     store.create_run(fields("kid", parent_id="root"))
     running(store, "blocked-kid", parent_id="root")
     store.block("blocked-kid", OWNER, at(1), {"code": "x"})
-    cancelled, woken = store.cancel("root", at(5), compensate=True)
-    assert (cancelled, sorted(woken)) == (True, ["blocked-kid", "kid", "root"])
+    result = store.cancel("root", at(5), compensate=True)
+    assert (result.done, sorted(result.woken), result.cancelled) == (
+        True,
+        ["blocked-kid", "kid", "root"],
+        ("blocked-kid",),
+    )
     root, kid, blocked = (store.get_run(r) for r in ("root", "kid", "blocked-kid"))
     assert (root.status, root.cancel_requested, root.wake_at, root.updated_at) == ("suspended", True, at(5), at(5))
     assert (kid.status, kid.cancel_requested) == ("pending", True)
@@ -350,7 +355,7 @@ def test_cancel_with_compensation_marks_and_wakes_the_tree(store: Any) -> None:
 def test_cancel_with_compensation_of_a_blocked_run_cancels_it_outright(store: Any) -> None:
     running(store, "r1")
     store.block("r1", OWNER, at(1), {"code": "x"})
-    assert store.cancel("r1", at(2), compensate=True) == (True, [])
+    assert store.cancel("r1", at(2), compensate=True) == CancelResult(True, (), ("r1",))
     assert (store.get_run("r1").status, store.get_run("r1").cancel_requested) == ("cancelled", False)
 
 

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from durable.engine.ports import RunRecord
+from durable.engine.ports import CancelResult, RunRecord
 from durable.engine.vocab import ACTIVE, RESETTABLE, RUN_TOKEN, TERMINAL, CheckpointKind, CheckpointStatus, RunStatus
 from durable.exceptions import InvalidRunState, RunNotFound
 from durable.store.memory.base import MemoryBase, atomically, dead_letter, locked
@@ -151,16 +151,16 @@ class RunsPart(MemoryBase):
         return True
 
     @atomically
-    def cancel(self, run_id: str, now: datetime, compensate: bool = False) -> tuple[bool, list[str]]:
+    def cancel(self, run_id: str, now: datetime, compensate: bool = False) -> CancelResult:
         """Cancel an active run and, recursively, its active children.
 
-        Returns (whether anything was cancelled, runs to dispatch a turn for).
+        Returns what it did (:class:`~durable.engine.ports.CancelResult`).
         With ``compensate`` the runs are marked and woken so their next turn
         undoes their completed steps (a blocked run is cancelled outright).
         """
         status = self._status_of(run_id)
         if status not in ACTIVE:
-            return False, []
+            return CancelResult(False)
         woken: list[str] = []
         if not compensate or status == RunStatus.BLOCKED:
             cancelled = self._cancel_tree([run_id], now)
@@ -173,7 +173,7 @@ class RunsPart(MemoryBase):
             woken = tree
         if cancelled:
             woken += self._wake_waiters([RUN_TOKEN + rid for rid in cancelled], now)
-        return True, woken
+        return CancelResult(True, tuple(woken), tuple(cancelled))
 
     @atomically
     def notify_settled(self, run_id: str, now: datetime) -> list[str]:

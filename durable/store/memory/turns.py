@@ -91,7 +91,9 @@ class TurnsPart(MemoryBase):
         if after.wake_tokens and (row["awaited"] or not after.only_if_awaited):
             tokens += after.wake_tokens
         woken = tuple(self._wake_waiters(tokens, plan.now)) if tokens else ()
-        return CommitResult(written=True, woken=woken, wake_at=wake_at if plan.suspends else None)
+        return CommitResult(
+            written=True, woken=woken, wake_at=wake_at if plan.suspends else None, cancelled=tuple(cancelled)
+        )
 
     def _apply(self, plan: CommitPlan) -> list[str]:
         """Everything of the plan beyond the run row; returns the runs cancelled."""

@@ -88,7 +88,9 @@ class CommitRows(StoreBase):
         if after.wake_tokens and (awaited or not after.only_if_awaited):
             tokens += after.wake_tokens
         woken = tuple(self._wake_waiters(tokens, plan.now)) if tokens else ()
-        return CommitResult(written=True, woken=woken, wake_at=wake_at if plan.suspends else None)
+        return CommitResult(
+            written=True, woken=woken, wake_at=wake_at if plan.suspends else None, cancelled=tuple(cancelled)
+        )
 
     def commit_many(
         self, commits: list[tuple[str, str, datetime, datetime, TurnWrites, Outcome]]

@@ -9,7 +9,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import F, Min
 
-from durable.engine.ports import RunRecord
+from durable.engine.ports import CancelResult, RunRecord
 from durable.engine.vocab import ACTIVE, RESETTABLE, RUN_TOKEN, TERMINAL, CheckpointKind, CheckpointStatus, RunStatus
 from durable.exceptions import InvalidRunState, RunNotFound
 from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
@@ -137,10 +137,10 @@ class RunRows(StoreBase):
                 )
         return False
 
-    def cancel(self, run_id: str, now: datetime, compensate: bool = False) -> tuple[bool, list[str]]:
+    def cancel(self, run_id: str, now: datetime, compensate: bool = False) -> CancelResult:
         """Cancel an active run and, recursively, its active children.
 
-        Returns (whether anything was cancelled, runs to dispatch a turn for).
+        Returns what it did (:class:`~durable.engine.ports.CancelResult`).
         With ``compensate`` the runs are not stopped here: they are marked and
         woken so their next turn undoes their completed steps and ends
         ``cancelled`` (a blocked run, which cannot execute, is cancelled outright).
@@ -151,7 +151,7 @@ class RunRows(StoreBase):
             if status is None:
                 raise RunNotFound(f"no run with id {run_id!r}")
             if status not in ACTIVE:
-                return False, []
+                return CancelResult(False)
             if not compensate or status == RunStatus.BLOCKED:
                 cancelled = self._cancel_tree([run_id], now)
             else:
@@ -166,7 +166,7 @@ class RunRows(StoreBase):
                 woken = tree
         if cancelled:
             woken += self._wake_waiters([RUN_TOKEN + rid for rid in cancelled], now)
-        return True, woken
+        return CancelResult(True, tuple(woken), tuple(cancelled))
 
     def notify_settled(self, run_id: str, now: datetime) -> list[str]:
         """Wake runs waiting on ``run_id`` (or on the run it retries) after it settled outside a turn."""
