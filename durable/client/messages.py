@@ -8,6 +8,7 @@ import uuid
 from typing import Any
 
 from durable.client.base import ClientBase
+from durable.engine import logs
 from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.serialization import to_json
 from durable.engine.vocab import TERMINAL, UPDATE_TOKEN
@@ -60,7 +61,14 @@ class MessagesMixin(ClientBase):
                 value = clean_input(wf, payload, settings.max_payload_bytes)
             except InvalidInput as exc:
                 refused[wf.name] = str(exc)
-                logger.warning("event %s (%s) not started for %s: %s", name, event_id, wf.name, exc)
+                logger.warning(
+                    "event %s (%s) not started for %s: %s",
+                    name,
+                    event_id,
+                    wf.name,
+                    exc,
+                    extra=logs.fields(workflow=wf.name),
+                )
                 continue
             fields = run_fields(
                 wf, run_id, value, now=now, namespace=settings.default_namespace, tags=[f"event:{name}"]

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from durable.engine import execution, turn
+from durable.engine import execution, logs, turn
 from durable.engine.clock import Clock
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
@@ -134,7 +134,9 @@ class Engine:
             try:
                 run = self.store.get_run(run_id)
             except Exception:
-                logger.warning("could not read %s to announce it %s", run_id, status, exc_info=True)
+                logger.warning(
+                    "could not read %s to announce it %s", run_id, status, exc_info=True, extra=logs.fields(run_id)
+                )
                 continue
             if run is not None:
                 self.emit(status, run)

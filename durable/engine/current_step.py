@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from durable.engine import logs
 from durable.engine.serialization import to_json
 
 if TYPE_CHECKING:
@@ -66,7 +67,13 @@ def heartbeat(engine: Engine, progress: Any = None) -> bool:
         _last_beat.set(now)
         return True
     except Exception:
-        logger.warning("heartbeat for %s:%s not recorded", info.run_id, info.seq, exc_info=True)
+        logger.warning(
+            "heartbeat for %s:%s not recorded",
+            info.run_id,
+            info.seq,
+            exc_info=True,
+            extra=logs.fields(info.run_id, seq=info.seq, step=info.name),
+        )
         return False
 
 

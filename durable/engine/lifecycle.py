@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from durable.engine import logs
 from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.ports import RunRecord
 from durable.engine.registry import WorkflowDef
@@ -277,7 +278,7 @@ def _write_back(engine: Engine, delivery: _Delivery, holder: str) -> list[str]:
     except DurableError:
         raise
     except Exception as exc:
-        logger.warning("lifecycle publish of %s failed: %s", run.id, exc, exc_info=True)
+        logger.warning("lifecycle publish of %s failed: %s", run.id, exc, exc_info=True, extra=logs.of_run(run))
         for sub in list(delivery.report):
             if delivery.report[sub] in ("started", "coalesced"):
                 delivery.started.pop(sub, None)

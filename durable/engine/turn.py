@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from durable.engine import lifecycle
+from durable.engine import lifecycle, logs
 from durable.engine.history import History
 from durable.engine.outcome import execute
 from durable.engine.ports import CheckpointRecord, CommitResult, Outcome, RunRecord, TurnWrites
@@ -224,7 +224,9 @@ def finish_turn(engine: Engine, ready: ReadyTurn, result: CommitResult) -> TurnR
         try:
             lifecycle.publish(engine, run.id)
         except Exception:
-            logger.warning("lifecycle publish of %s deferred to the sweep", run.id, exc_info=True)
+            logger.warning(
+                "lifecycle publish of %s deferred to the sweep", run.id, exc_info=True, extra=logs.of_run(run)
+            )
     return TurnResult(outcome.status)
 
 
@@ -234,14 +236,19 @@ def _dispatch_after(engine: Engine, ready: ReadyTurn, result: CommitResult) -> N
         try:
             engine.transport.dispatch_turn(woken)
         except Exception:
-            logger.warning("could not dispatch woken run %s", woken, exc_info=True)
+            logger.warning("could not dispatch woken run %s", woken, exc_info=True, extra=logs.fields(woken))
     if ready.outcome.status == RunStatus.SUSPENDED and result.wake_at is not None:
         run_id = ready.run.id
         delay = (result.wake_at - ready.done).total_seconds()
         try:
             engine.transport.dispatch_turn(run_id, delay=max(delay, 0.0))
         except Exception:
-            logger.warning("could not dispatch the next turn of %s; the sweep will", run_id, exc_info=True)
+            logger.warning(
+                "could not dispatch the next turn of %s; the sweep will",
+                run_id,
+                exc_info=True,
+                extra=logs.of_run(ready.run),
+            )
 
 
 def _lost(engine: Engine, run_id: str) -> TurnResult:
@@ -252,7 +259,9 @@ def _lost(engine: Engine, run_id: str) -> TurnResult:
         if engine.store.release(run_id, engine.owner, now, now, False):
             engine.transport.dispatch_turn(run_id)
     except Exception:
-        logger.warning("could not hand back %s; its lease will expire", run_id, exc_info=True)
+        logger.warning(
+            "could not hand back %s; its lease will expire", run_id, exc_info=True, extra=logs.fields(run_id)
+        )
     return TurnResult.LOST
 
 
@@ -262,22 +271,24 @@ def _hand_back(engine: Engine, runs: list[RunRecord]) -> None:
         try:
             engine.store.release(run.id, engine.owner, now, run.wake_at or now, False)
         except Exception:
-            logger.warning("could not hand back %s; its lease will expire", run.id, exc_info=True)
+            logger.warning(
+                "could not hand back %s; its lease will expire", run.id, exc_info=True, extra=logs.of_run(run)
+            )
 
 
 def _abandon(engine: Engine, run_id: str, exc: BaseException) -> TurnResult:
     """Give the run back after an infrastructure error, counting it as a recovery."""
-    logger.warning("turn of %s abandoned: %s", run_id, exc, exc_info=exc)
+    logger.warning("turn of %s abandoned: %s", run_id, exc, exc_info=exc, extra=logs.fields(run_id))
     now = engine.clock.now()
     try:
         status = engine.store.release(
             run_id, engine.owner, now, now + FAULT_RETRY, True, engine.settings.max_recovery_attempts
         )
         if status == RunStatus.DEAD:
-            logger.error("run %s dead-lettered: its turn keeps failing (%s)", run_id, exc)
+            logger.error("run %s dead-lettered: its turn keeps failing (%s)", run_id, exc, extra=logs.fields(run_id))
             engine.store.notify_settled(run_id, now)
             engine.emit_settled(RunStatus.DEAD, [run_id])
     except Exception:
         # The lease will expire and the orphan sweep will take the run.
-        logger.warning("could not release %s after a fault", run_id, exc_info=True)
+        logger.warning("could not release %s after a fault", run_id, exc_info=True, extra=logs.fields(run_id))
     return TurnResult.FAULT

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from durable.engine import logs
 from durable.engine.history import History
 from durable.engine.ports import CheckpointWrite, CommitResult, RunRecord, TurnWrites, Waiter
 from durable.exceptions import EngineFault, LeaseLost
@@ -124,7 +125,9 @@ class Turn:
                 fn()
             except Exception:
                 # A lost dispatch is re-driven by the sweeps; it must not fail the turn.
-                logger.warning("dispatch after commit failed for run %s", self.run.id, exc_info=True)
+                logger.warning(
+                    "dispatch after commit failed for run %s", self.run.id, exc_info=True, extra=logs.of_run(self.run)
+                )
 
     # -- reads -------------------------------------------------------------
     def can_serve(self, step: str, queue: str | None) -> bool:

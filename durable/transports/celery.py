@@ -65,8 +65,13 @@ def configure(app: Any) -> None:
     ``"durable.sweeps"``), dropped if not started within two intervals; the task
     is routed there too when sent by hand. Run a worker that consumes that
     queue (``celery -A proj worker -Q durable,durable.sweeps``). An entry of
-    that name already in ``beat_schedule`` is kept as it is.
+    that name already in ``beat_schedule`` is kept as it is. It also lowers
+    Celery's per-task INFO lines about the sweep to DEBUG
+    (:mod:`durable.transports.celery_logs`).
     """
+    from durable.transports.celery_logs import quiet_sweep_logs
+
+    quiet_sweep_logs()
     interval, queue = sweep_schedule()
     app.conf.update(
         task_serializer="json",

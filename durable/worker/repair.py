@@ -16,7 +16,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from durable.engine import lifecycle
+from durable.engine import lifecycle, logs
 from durable.engine.core import Engine
 from durable.engine.ports import ClaimCheck
 from durable.engine.retry import retry_delay
@@ -96,7 +96,7 @@ def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCh
             continue
         if isinstance(result, str):
             counts["dead"] += 1
-            logger.error("run %s dead-lettered after too many recoveries", run_id)
+            logger.error("run %s dead-lettered after too many recoveries", run_id, extra=logs.fields(run_id))
             engine.emit_settled(RunStatus.DEAD, [run_id])
             _notify(engine, run_id)
             lifecycle.publish(engine, run_id)

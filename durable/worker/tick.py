@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+
+from durable.engine import logs
 from durable.engine.core import Engine
 from durable.schedules.sweep import fire_due_schedules
 from durable.worker.announce import publish_lifecycle
@@ -14,6 +17,8 @@ from durable.worker.repair import (
     redispatch_lost_steps,
 )
 
+logger = logging.getLogger("durable.sweeps")
+
 
 def tick(
     engine: Engine, *, execute: bool = True, should_stop: StopCheck = never, runner: Runner | None = None
@@ -22,6 +27,7 @@ def tick(
 
     ``runner`` runs the turns of the due runs the sweep claimed (the worker
     loop's threads); without it they run one after another in this thread.
+    Logs its counts on ``durable.sweeps``: at INFO only when it did something.
     """
     counts = {"timeouts": expire_timeouts(engine, should_stop=should_stop)}
     counts["schedules"] = fire_due_schedules(engine)
@@ -34,4 +40,5 @@ def tick(
         counts.update(redispatch_lost_steps(engine, should_stop=should_stop))
     counts["turns"] = wake_due_runs(engine, execute=execute, should_stop=should_stop, runner=runner)
     counts.update(publish_lifecycle(engine, should_stop=should_stop))
+    logs.sweep_summary(logger, "sweep", counts)
     return counts

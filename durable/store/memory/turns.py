@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from durable.engine import logs
 from durable.engine.plan import CommitPlan, RunChange, plan_commit, waiter_events, waiter_runs, waiter_signals
 from durable.engine.ports import REFUSED, CheckpointRecord, CommitResult, Outcome, TurnWrites, Waiter
 from durable.engine.vocab import RUN_TOKEN, SETTLED, TERMINAL
@@ -171,7 +172,7 @@ class TurnsPart(MemoryBase):
             try:
                 results.append(self.commit(run_id, owner, now, lease_until, writes, outcome))
             except Exception as exc:  # reported for this run alone
-                logger.warning("commit of run %s failed", run_id, exc_info=True)
+                logger.warning("commit of run %s failed", run_id, exc_info=True, extra=logs.fields(run_id))
                 results.append(exc)
         return results
 

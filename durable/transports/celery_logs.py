@@ -1,0 +1,43 @@
+"""Celery's own records about the sweep task, demoted to DEBUG.
+
+Celery logs every task it receives and runs, and beat every task it sends, at
+INFO. The beat sends ``durable.sweep`` every ``SWEEP_EVERY`` seconds: left
+alone, that is three INFO lines every two seconds, saying nothing. The sweep
+logs its own summary instead (``durable.sweeps``, at INFO only when it did
+something). A failing sweep is still logged by Celery at ERROR.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+SWEEP_TASK = "durable.sweep"
+# The loggers that write a line per task: worker receipt, task success, beat send.
+CELERY_LOGGERS = ("celery.worker.strategy", "celery.app.trace", "celery.beat")
+
+
+class QuietSweep(logging.Filter):
+    """Lower Celery's INFO records about the sweep task to DEBUG (kept only if DEBUG is enabled)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno != logging.INFO or not _about_sweep(record):
+            return True
+        record.levelno, record.levelname = logging.DEBUG, logging.getLevelName(logging.DEBUG)
+        return logging.getLogger(record.name).isEnabledFor(logging.DEBUG)
+
+
+def _about_sweep(record: logging.LogRecord) -> bool:
+    data: Any = getattr(record, "data", None)
+    if isinstance(data, dict) and data.get("name") == SWEEP_TASK:
+        return True  # worker: received / succeeded
+    args = record.args if isinstance(record.args, tuple) else ()
+    return SWEEP_TASK in args  # beat: "Sending due task %s (%s)"
+
+
+def quiet_sweep_logs() -> None:
+    """Install :class:`QuietSweep` on Celery's per-task loggers (once per process)."""
+    for name in CELERY_LOGGERS:
+        target = logging.getLogger(name)
+        if not any(isinstance(f, QuietSweep) for f in target.filters):
+            target.addFilter(QuietSweep())
