@@ -55,6 +55,13 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           statements (PgBouncer in transaction mode before
                           1.21, or without ``max_prepared_statements``).
                           Django's own queries are not affected.
+``HEALTH_MAX_STEP_WAIT``  5m. The health check fails when a ready step has
+                          waited longer for a worker.
+``HEALTH_MAX_TIMER_LATENESS`` 1m. ... or when a due wake is this late.
+``HEALTH_STALE_AFTER``    5m. A run ``running`` past its lease, or ``suspended``
+                          past its wake, by more than this is stale.
+``OPENTELEMETRY``         False. Record traces and metrics through the
+                          OpenTelemetry API (extra ``otel``).
 """
 
 from __future__ import annotations
@@ -93,6 +100,10 @@ DEFAULTS: dict[str, Any] = {
     "EAGER_STEPS": True,
     "FLEET_TTL": 30.0,
     "PREPARED_STATEMENTS": True,
+    "HEALTH_MAX_STEP_WAIT": 300.0,
+    "HEALTH_MAX_TIMER_LATENESS": 60.0,
+    "HEALTH_STALE_AFTER": 300.0,
+    "OPENTELEMETRY": False,
 }
 
 _DURATIONS = (
@@ -103,6 +114,9 @@ _DURATIONS = (
     "HEARTBEAT_INTERVAL",
     "FLEET_TTL",
     "SWEEP_INTERVAL",
+    "HEALTH_MAX_STEP_WAIT",
+    "HEALTH_MAX_TIMER_LATENESS",
+    "HEALTH_STALE_AFTER",
 )
 _INTS = ("MAX_RECOVERY_ATTEMPTS", "WORKER_THREADS", "STEP_REDISPATCH_MAX", "MAX_PAYLOAD_BYTES", "SWEEP_BATCH")
 
@@ -129,6 +143,10 @@ class DurableSettings:
     eager_steps: bool
     fleet_ttl: float
     prepared_statements: bool
+    health_max_step_wait: float = 300.0
+    health_max_timer_lateness: float = 60.0
+    health_stale_after: float = 300.0
+    opentelemetry: bool = False
 
 
 def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
@@ -194,6 +212,10 @@ def parse(raw: Any) -> DurableSettings:
         eager_steps=bool(values["EAGER_STEPS"]),
         fleet_ttl=values["FLEET_TTL"],
         prepared_statements=bool(values["PREPARED_STATEMENTS"]),
+        health_max_step_wait=values["HEALTH_MAX_STEP_WAIT"],
+        health_max_timer_lateness=values["HEALTH_MAX_TIMER_LATENESS"],
+        health_stale_after=values["HEALTH_STALE_AFTER"],
+        opentelemetry=bool(values["OPENTELEMETRY"]),
     )
 
 

@@ -35,6 +35,7 @@ from durable_dashboard.admin_filters import (
     CreatedFilter,
     ErrorCodeFilter,
     NamespaceFilter,
+    StaleFilter,
     StatusFilter,
     TagFilter,
     UpdatedFilter,
@@ -199,6 +200,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
     list_display_links = ("id_col",)
     list_filter = (
         StatusFilter,
+        StaleFilter,
         WorkflowFilter,
         NamespaceFilter,
         VersionFilter,

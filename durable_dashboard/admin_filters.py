@@ -19,6 +19,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from django.utils.translation import gettext_lazy as _
 
 from durable.models import RUN_STATUS_CHOICES, Run, RunStatus
+from durable.observability.snapshot import STALE_KINDS, stale_runs
 from durable.runtime import registry
 from durable_dashboard.filters import storable, to_utc, with_tag
 
@@ -35,6 +36,21 @@ class StatusFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
         return queryset.filter(status=self.value()) if self.value() else queryset
+
+
+class StaleFilter(admin.SimpleListFilter):
+    """Stuck runs, as the health check sees them (thresholds ``HEALTH_STALE_AFTER``, ``HEALTH_MAX_STEP_WAIT``)."""
+
+    title = "stale"
+    parameter_name = "stale"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(kind, kind.replace("_", " ")) for kind in STALE_KINDS]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
+        if self.value() not in STALE_KINDS:
+            return queryset
+        return queryset.filter(id__in=stale_runs(str(self.value())).values("id"))
 
 
 class WorkflowFilter(admin.SimpleListFilter):

@@ -11,6 +11,10 @@
 ``THROTTLE_RATE``            "1000/minute". API requests per user (``None``: off).
 ``LIVE_INTERVAL``            5. Seconds between the refreshes of a run list or run
                              page while anything on it is active (0: never refresh).
+``HEALTH_TOKEN``             None. When set, ``health/`` needs it as a bearer token
+                             (or a user holding ``durable.view_run``).
+``METRICS_TOKEN``            None. The bearer token a Prometheus scraper sends to
+                             ``metrics`` (users holding ``durable.view_run`` may too).
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ DEFAULTS: dict[str, Any] = {
     "SUMMARY_CACHE_SECONDS": 30,
     "THROTTLE_RATE": "1000/minute",
     "LIVE_INTERVAL": 5,
+    "HEALTH_TOKEN": None,
+    "METRICS_TOKEN": None,
 }
 
 

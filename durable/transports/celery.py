@@ -131,3 +131,23 @@ def beat_sweep_queue() -> str | None:
         return None
     options = entry.get("options") or {}
     return str(options.get("queue") or current_app.conf.task_default_queue or DEFAULT_QUEUE)
+
+
+def ping_broker(timeout: float) -> str | None:
+    """Connect once to the broker: None when it answers, else the error.
+
+    The broker is ``CELERY_BROKER_URL`` (with ``CELERY_BROKER_TRANSPORT_OPTIONS``)
+    when set, so a web process that never imported the project's Celery app
+    checks the broker its workers use; otherwise the current Celery app's.
+    """
+    from celery import current_app
+    from django.conf import settings
+
+    url = getattr(settings, "CELERY_BROKER_URL", None)
+    options = getattr(settings, "CELERY_BROKER_TRANSPORT_OPTIONS", None)
+    try:
+        with current_app.connection_for_write(url, transport_options=options) as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=timeout)
+    except Exception as exc:  # noqa: BLE001 - reported by the health check
+        return f"{type(exc).__name__}: {exc}"
+    return None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.admin.utils import quote
 from django.test import override_settings
@@ -76,6 +78,21 @@ def test_run_list_filters_and_search(admin_client, make_run, query, expected):
     assert page.status_code == 200
     shown = {run.id for run in page.context["cl"].result_list}
     assert shown == expected
+
+
+def test_run_list_filters_stale_runs(admin_client, make_run):
+    from durable import runtime
+    from durable.models import Run
+
+    make_run("waiting", run_id="ok1")
+    make_run("waiting", run_id="stuck1")
+    Run.objects.filter(id="stuck1").update(
+        status="running", locked_by="gone", locked_until=runtime.now() - timedelta(hours=1)
+    )
+    page = admin_client.get(LIST + "?stale=running_past_lease")
+    assert page.status_code == 200
+    assert {run.id for run in page.context["cl"].result_list} == {"stuck1"}
+    assert "suspended past wake" in admin_client.get(LIST).content.decode()
 
 
 @pytest.mark.parametrize("query", ["?version=abc", "?created_at__gte=yesterday", "?status=nope", "?bogus=1"])
