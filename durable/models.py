@@ -108,6 +108,9 @@ class Run(models.Model):
     updated_at = models.DateTimeField(default=clock_now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # The trace context ({"traceparent": ..., "tracestate": ...}) of the caller of start(),
+    # continued by every later turn and step of the run (DURABLE["OPENTELEMETRY"]).
+    trace_context = models.JSONField(null=True, blank=True)
 
     class Meta:
         ordering = ("-created_at",)

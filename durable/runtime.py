@@ -27,6 +27,7 @@ from durable.engine.clock import Clock, SystemClock
 from durable.engine.core import Engine, Fleet, make_owner_id
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
+from durable.engine.observe import Observer
 from durable.engine.registry import Registry
 from durable.transports import build
 
@@ -53,6 +54,8 @@ _clock: Clock = SystemClock()
 _embedded: WorkerLoop | None = None
 _embedded_lock = threading.Lock()
 _advertiser: Advertiser | None = None
+# The OpenTelemetry observer (``OPENTELEMETRY``): one per process, so its instruments are made once.
+_otel: Observer | None = None
 
 #: The registry ``@durable.workflow`` and ``@durable.step`` register into; the engine reads it.
 registry = Registry()
@@ -212,10 +215,23 @@ def _build_engine(current: conf.DurableSettings) -> Engine:
         fleet=_fleet(current, store),
         eager_routes=_eager_routes,
         listeners=listeners,
+        observer=_observer(current),
     )
     if old is not None:
         old.transport.shutdown()
     return _engine
+
+
+def _observer(current: conf.DurableSettings) -> Observer | None:
+    """This process's OpenTelemetry observer (one, built on first use) when ``OPENTELEMETRY`` is on."""
+    global _otel
+    if not current.opentelemetry:
+        return None
+    if _otel is None:
+        from durable.observability.otel import OtelObserver
+
+        _otel = OtelObserver()
+    return _otel
 
 
 def client() -> Client:

@@ -31,10 +31,18 @@ def run_turn(run_id: str) -> str | None:
     return None if result is None else result.value
 
 
-@shared_task(name="durable.execute_step", ignore_result=True)
-def execute_step(run_id: str, seq: int) -> str:
+@shared_task(name="durable.execute_step", ignore_result=True, bind=True)
+def execute_step(self: Any, run_id: str, seq: int) -> str:
     close_old_connections()
-    return get_engine().execute_step(run_id, seq).value
+    return get_engine().execute_step(run_id, seq, trace=_trace_of(self.request)).value
+
+
+def _trace_of(request: Any) -> dict[str, str] | None:
+    """The trace context the dispatching turn put in the message headers, if any."""
+    headers = getattr(request, "headers", None) or {}
+    found = {key: getattr(request, key, None) or headers.get(key) for key in ("traceparent", "tracestate")}
+    carrier = {key: value for key, value in found.items() if isinstance(value, str)}
+    return carrier or None
 
 
 @shared_task(name="durable.sweep", ignore_result=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hmac
 from typing import Any
 
+from django.http import HttpResponse, HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework.permissions import BasePermission
@@ -81,3 +82,25 @@ class HealthView(JSONEndpoint, APIView):
     def get(self, request: Request) -> Response:
         health = check()
         return Response(health.body, status=200 if health.healthy else 503)
+
+
+class MetricsView(JSONEndpoint, APIView):
+    """``GET metrics``: the Prometheus text exposition (:mod:`durable.observability.prometheus`)."""
+
+    permission_classes = [MetricsAccess]
+    throttle_classes: list[Any] = []
+
+    @documented(
+        summary="Prometheus metrics",
+        responses={
+            200: OpenApiResponse(OpenApiTypes.STR, description="Prometheus text exposition format"),
+            501: OpenApiResponse(OpenApiTypes.OBJECT, description="prometheus-client is not installed"),
+        },
+    )
+    def get(self, request: Request) -> HttpResponseBase:
+        try:
+            from durable.observability import prometheus
+        except ImportError:
+            detail = "install prometheus-client (the 'prometheus' extra) to serve metrics"
+            return Response({"detail": detail, "code": "not_installed"}, status=501)
+        return HttpResponse(prometheus.exposition(), content_type=prometheus.CONTENT_TYPE)

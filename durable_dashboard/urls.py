@@ -9,8 +9,8 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path, re_path
 from rest_framework.routers import SimpleRouter
 
+from durable_dashboard.probes import HealthView, MetricsView
 from durable_dashboard.schedule_api import ScheduleViewSet
-from durable_dashboard.probes import HealthView
 from durable_dashboard.schema_views import SchemaView, SwaggerView
 from durable_dashboard.views import RunViewSet, WorkflowListView
 
@@ -29,6 +29,7 @@ def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResp
 urlpatterns = [
     path("workflows/", WorkflowListView.as_view(), name="workflows"),
     path("health/", HealthView.as_view(), name="health"),
+    re_path(r"^metrics/?$", MetricsView.as_view(), name="metrics"),
     path("schema/", SchemaView.as_view(), name="schema"),
     path("docs/", SwaggerView.as_view(url_name="durable_api:schema"), name="docs"),
     path("", include(router.urls)),

@@ -73,7 +73,7 @@ class Client(MessagesMixin, RepairsMixin):
             search_attributes=search_attributes,
             priority=priority,
         )
-        self._create(fields)
+        self._traced_create(fields)
         return run_id
 
     def get_run(self, run_id: str, *, follow: bool = False) -> RunInfo:

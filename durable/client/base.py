@@ -9,6 +9,7 @@ from typing import Any
 
 from django.db import transaction
 
+from durable.engine import observe
 from durable.engine.core import Engine
 
 logger = logging.getLogger("durable.client")
@@ -38,6 +39,23 @@ class ClientBase:
 
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+
+    def _traced_create(self, fields: dict[str, Any]) -> bool:
+        """:meth:`_create` under a ``durable.start`` span, whose context the run keeps for its later spans."""
+        observer = self.engine.observer
+        if not observer.enabled:
+            return self._create(fields)
+        attributes = {"run_id": fields["id"], "workflow": fields["workflow"], "version": fields["version"]}
+        span = observer.begin(observe.START, attributes)
+        fields["trace_context"] = span.context()
+        try:
+            created = self._create(fields)
+        except BaseException as exc:
+            span.fail(exc)
+            span.end("error")
+            raise
+        span.end("started" if created else "exists")
+        return created
 
     def _create(self, fields: dict[str, Any]) -> bool:
         """Insert a run (idempotent) and dispatch it after the caller's transaction commits.

@@ -17,6 +17,7 @@ from durable.engine.clock import Clock
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
 from durable.engine.owners import make_owner_id as make_owner_id
+from durable.engine.observe import Observer
 from durable.engine.ports import CheckpointRecord, RunRecord, Store, Transport
 from durable.engine.registry import Registry
 from durable.engine.vocab import StepResult, TurnResult
@@ -87,6 +88,7 @@ class Engine:
         fleet: Fleet | None = None,
         eager_routes: frozenset[str | None] = frozenset(),
         listeners: Listeners | None = None,
+        observer: Observer | None = None,
     ) -> None:
         self.store = store
         self.transport = transport
@@ -98,6 +100,7 @@ class Engine:
         self.fleet: Fleet = fleet if fleet is not None else AnyFleet()
         self.eager_routes = eager_routes
         self.listeners = listeners if listeners is not None else Listeners()
+        self.observer = observer if observer is not None else Observer()
         self.stats = EngineStats()
 
     def run_turn(
@@ -117,10 +120,13 @@ class Engine:
     ) -> list[TurnResult | None]:
         return turn.run_turns(self, claimed, should_stop)
 
-    def execute_step(self, run_id: str, seq: int, *, continue_turn: bool = True) -> StepResult:
-        return execution.execute_step(self, run_id, seq, continue_turn=continue_turn)
+    def execute_step(
+        self, run_id: str, seq: int, *, continue_turn: bool = True, trace: dict[str, str] | None = None
+    ) -> StepResult:
+        return execution.execute_step(self, run_id, seq, continue_turn=continue_turn, trace=trace)
 
     def emit(self, status: str, run: RunRecord) -> None:
+        self.observer.status(status, run.workflow)
         self.listeners.emit(status, run)
 
     def emit_settled(self, status: str, run_ids: Iterable[str]) -> None:

@@ -18,12 +18,13 @@ module settles it and hands the run to :mod:`durable.engine.turn`.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from durable.engine import turn
+from durable.engine import observe, turn
 from durable.engine.current_step import StepInfo, running
-from durable.engine.ports import ClaimCheck
+from durable.engine.observe import Span
+from durable.engine.ports import ClaimCheck, StepClaim
 from durable.engine.retry import retry_delay
 from durable.engine.serialization import error_record, to_json
 from durable.engine.vocab import StepResult
@@ -33,8 +34,13 @@ if TYPE_CHECKING:
     from durable.engine.core import Engine
 
 
-def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool = True) -> StepResult:
-    """Claim, run and settle step ``seq`` of ``run_id``. Returns what happened."""
+def execute_step(
+    engine: Engine, run_id: str, seq: int, *, continue_turn: bool = True, trace: dict[str, str] | None = None
+) -> StepResult:
+    """Claim, run and settle step ``seq`` of ``run_id``. Returns what happened.
+
+    ``trace``: the trace context its dispatch carried (else the run's own).
+    """
     store = engine.store
     now = engine.clock.now()
     lease = timedelta(seconds=engine.settings.step_execution_lease)
@@ -59,23 +65,44 @@ def execute_step(engine: Engine, run_id: str, seq: int, *, continue_turn: bool =
         lambda: None,  # the step keeps running; its result is refused if a sweep counted it lost
     )
     args = claim.input or {}
+    span = _begin(engine, claim, now, trace)
     try:
         with running(StepInfo(run_id, seq, claim.name, claim.attempt)):
             output = to_json(sd.fn(*args.get("args", []), **args.get("kwargs", {})), f"result of step {sd.name!r}")
     except Exception as exc:  # noqa: BLE001 - any user error is a step failure
+        span.fail(exc)
         err = error_record(exc)
         delay = retry_delay(sd, err, claim.attempt)
         if delay is not None:
             retry_at = engine.clock.now() + timedelta(seconds=delay)
             store.finish_step(run_id, seq, engine.clock.now(), error=err, retry_at=retry_at, claim=mine)
             engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay)
+            span.end(StepResult.RETRYING)
             return StepResult.RETRYING
+        span.end(StepResult.FAILED)
         _settle(engine, run_id, seq, continue_turn, mine, error=err)
         return StepResult.FAILED
     finally:
         hold.release()
+    span.end(StepResult.COMPLETED)
     _settle(engine, run_id, seq, continue_turn, mine, output=output)
     return StepResult.COMPLETED
+
+
+def _begin(engine: Engine, claim: StepClaim, now: datetime, trace: dict[str, str] | None) -> Span:
+    """The span of a dispatched step; ``queue_wait``: from when it was due to its claim."""
+    attributes: dict[str, Any] = {
+        "run_id": claim.run_id,
+        "workflow": claim.workflow,
+        "seq": claim.seq,
+        "step": claim.name,
+        "attempt": claim.attempt,
+        "queue": claim.queue,
+        "mode": observe.DISPATCHED,
+    }
+    if claim.ready_at is not None:
+        attributes["queue_wait"] = max((now - claim.ready_at).total_seconds(), 0.0)
+    return engine.observer.begin(observe.STEP, attributes, trace=trace or claim.trace_context)
 
 
 def _settle(

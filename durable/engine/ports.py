@@ -51,6 +51,8 @@ class RunRecord:
     updated_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+    # The W3C trace context of the caller of start() (observability; None when not traced).
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass
@@ -190,6 +192,11 @@ class StepClaim:
     input: Any
     attempt: int
     namespace: str
+    # What observability reports (queue wait, the run's workflow); not used to run the step.
+    queue: str | None = None
+    ready_at: datetime | None = None  # since when it waited: its retry's due time, else its dispatch
+    workflow: str | None = None
+    trace_context: dict[str, str] | None = None
 
 
 @dataclass(frozen=True)

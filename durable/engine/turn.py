@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from durable.engine import lifecycle, logs
+from durable.engine import lifecycle, logs, observe
 from durable.engine.history import History
+from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.outcome import execute
 from durable.engine.ports import CheckpointRecord, CommitResult, Outcome, RunRecord, TurnWrites
 from durable.engine.registry import WorkflowDef
@@ -49,6 +50,7 @@ class ReadyTurn:
     done: datetime
     lease_until: datetime
     hold: Hold
+    span: Span = NOOP_SPAN
 
     @property
     def writes(self) -> TurnWrites:
@@ -134,8 +136,9 @@ def _settle(engine: Engine, ready: ReadyTurn, ok: CommitResult | Exception) -> T
     """After a final commit: its result (written or refused), or the exception it raised."""
     ready.hold.release()
     if isinstance(ok, Exception):
-        return _abandon(engine, ready.run.id, ok)
-    return finish_turn(engine, ready, ok)
+        ready.span.fail(ok)
+        return _ended(ready.span, _abandon(engine, ready.run.id, ok))
+    return _ended(ready.span, finish_turn(engine, ready, ok))
 
 
 def prepare_turn(
@@ -158,14 +161,15 @@ def prepare_turn(
     run = acquired or store.acquire(run_id, owner, now, now + timedelta(seconds=engine.settings.lease))
     if run is None:
         return None
+    span = _begin(engine, run, now)
     try:
         wf = engine.registry.get_workflow(run.workflow, run.version)
     except WorkflowNotFound as exc:
         reason = error_record(exc, code="workflow_not_registered", retryable=True)
         if not store.block(run.id, owner, now, reason):
-            return TurnResult.LOST
+            return _ended(span, TurnResult.LOST)
         engine.emit_settled(RunStatus.BLOCKED, [run.id])
-        return TurnResult.BLOCKED
+        return _ended(span, TurnResult.BLOCKED)
     hold: Hold | None = None
     try:
         # A run's first turn has no history to read.
@@ -173,20 +177,37 @@ def prepare_turn(
         if history is None or acquired is None:
             history = {} if first else store.load_checkpoints(run.id)
         turn = Turn(engine, run, History(run.id, history, engine.clock, cancelling=run.cancel_requested))
+        turn.span = span
         hold = engine.keeper.hold(engine.settings.lease / 3, lambda: _renew(engine, turn), turn.mark_lost)
         made = _replay(engine, turn, wf, hold)
+        made.span = span
         hold = None  # the ready turn holds it now
         return made
     except LeaseLost:
-        return _lost(engine, run.id)
+        return _ended(span, _lost(engine, run.id))
     except Exception as exc:  # noqa: BLE001 - our own read failed; give the run back
         # Our own read failed before user code ran.
-        return _abandon(engine, run.id, exc)
+        span.fail(exc)
+        return _ended(span, _abandon(engine, run.id, exc))
     except EngineFault as fault:
-        return _abandon(engine, run.id, fault.original)
+        span.fail(fault.original)
+        return _ended(span, _abandon(engine, run.id, fault.original))
     finally:
         if hold is not None:
             hold.release()
+
+
+def _begin(engine: Engine, run: RunRecord, now: datetime) -> Span:
+    """The turn's span; ``lateness``: how long after its wake the run was taken (a timer's lateness)."""
+    attributes = {"run_id": run.id, "workflow": run.workflow, "version": run.version, "turn": run.turns}
+    if run.wake_at is not None:
+        attributes["lateness"] = max((now - run.wake_at).total_seconds(), 0.0)
+    return engine.observer.begin(observe.TURN, attributes, trace=run.trace_context)
+
+
+def _ended(span: Span, result: TurnResult) -> TurnResult:
+    span.end(result.value)
+    return result
 
 
 def _renew(engine: Engine, turn: Turn) -> bool:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable.engine import logs
 from durable.engine.history import History
+from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.ports import CheckpointWrite, CommitResult, RunRecord, TurnWrites, Waiter
 from durable.exceptions import EngineFault, LeaseLost
 
@@ -41,6 +42,7 @@ class Turn:
         self.run = run
         self.history = history
         self.writes = TurnWrites()
+        self.span: Span = NOOP_SPAN
         self.waiters: list[Waiter] = []
         self.suspended = False
         # Dispatched steps already in flight that this turn waits on.
@@ -120,6 +122,13 @@ class Turn:
 
     def run_after_commit(self) -> None:
         callbacks, self._after_commit = self._after_commit, []
+        if not callbacks:
+            return
+        # Dispatches carry the turn's trace context (a step continues the trace on its worker).
+        with self.engine.observer.activate(self.span):
+            self._run_callbacks(callbacks)
+
+    def _run_callbacks(self, callbacks: list[Callable[[], None]]) -> None:
         for fn in callbacks:
             try:
                 fn()

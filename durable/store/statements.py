@@ -145,7 +145,8 @@ PG_CLAIM_STEP = (
     f"AND c.{q('status')} = '{CheckpointStatus.PENDING}' "
     f"AND (c.{q('retry_at')} IS NULL OR c.{q('retry_at')} <= %s) AND r.{q('id')} = c.{q('run_id')} "
     f"AND r.{q('status')} = ANY(%s) "
-    f"RETURNING c.{q('id')}, c.{q('name')}, c.{q('input')}, c.{q('attempts')}, r.{q('namespace')}"
+    f"RETURNING c.{q('id')}, c.{q('name')}, c.{q('input')}, c.{q('attempts')}, r.{q('namespace')}, "
+    f"c.{q('queue')}, COALESCE(c.{q('retry_at')}, c.{q('enqueued_at')}), r.{q('workflow')}, r.{q('trace_context')}"
 )
 # Params: timeout_at, checkpoint id.
 PG_SET_STEP_TIMEOUT = f"UPDATE {CP_TABLE} SET {q('timeout_at')} = %s WHERE {q('id')} = %s"

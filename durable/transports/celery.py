@@ -53,7 +53,17 @@ class CeleryTransport(Transport):
 
         if delay > MAX_COUNTDOWN:
             return
-        execute_step.apply_async(args=[run_id, seq], queue=queue or DEFAULT_QUEUE, countdown=delay or None)
+        execute_step.apply_async(
+            args=[run_id, seq], queue=queue or DEFAULT_QUEUE, countdown=delay or None, headers=_trace_headers()
+        )
+
+
+def _trace_headers() -> dict[str, str] | None:
+    """The dispatching turn's trace context (``traceparent``...), carried by the step's message."""
+    from durable import runtime
+
+    observer = runtime.get_engine().observer
+    return observer.current() if observer.enabled else None
 
 
 def configure(app: Any) -> None:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
+from functools import partial
 
 from durable.engine import logs
 from durable.engine.core import Engine
@@ -28,17 +31,29 @@ def tick(
     ``runner`` runs the turns of the due runs the sweep claimed (the worker
     loop's threads); without it they run one after another in this thread.
     Logs its counts on ``durable.sweeps``: at INFO only when it did something.
+    Each sweep's duration and count go to the engine's observer.
     """
-    counts = {"timeouts": expire_timeouts(engine, should_stop=should_stop)}
-    counts["schedules"] = fire_due_schedules(engine)
-    counts.update(recover_orphans(engine, execute=execute, should_stop=should_stop))
-    counts["unblocked"] = recheck_blocked(engine)
-    counts["steps_recovered"] = recover_steps(engine, execute=execute, should_stop=should_stop)
+    counts: dict[str, int] = {}
+    timed = partial(_timed, engine, counts)
+    timed("timeouts", lambda: expire_timeouts(engine, should_stop=should_stop))
+    timed("schedules", lambda: fire_due_schedules(engine))
+    timed("orphans", lambda: recover_orphans(engine, execute=execute, should_stop=should_stop))
+    timed("unblocked", lambda: recheck_blocked(engine))
+    timed("steps_recovered", lambda: recover_steps(engine, execute=execute, should_stop=should_stop))
     if execute:
-        counts["steps"] = run_due_steps(engine, should_stop=should_stop)
+        timed("steps", lambda: run_due_steps(engine, should_stop=should_stop))
     else:
-        counts.update(redispatch_lost_steps(engine, should_stop=should_stop))
-    counts["turns"] = wake_due_runs(engine, execute=execute, should_stop=should_stop, runner=runner)
-    counts.update(publish_lifecycle(engine, should_stop=should_stop))
+        timed("lost_steps", lambda: redispatch_lost_steps(engine, should_stop=should_stop))
+    timed("turns", lambda: wake_due_runs(engine, execute=execute, should_stop=should_stop, runner=runner))
+    timed("lifecycle", lambda: publish_lifecycle(engine, should_stop=should_stop))
     logs.sweep_summary(logger, "sweep", counts)
     return counts
+
+
+def _timed(engine: Engine, counts: dict[str, int], kind: str, sweep: Callable[[], int | dict[str, int]]) -> None:
+    """Run one sweep, add what it did to ``counts`` (under its own keys) and tell the observer."""
+    started = time.perf_counter()
+    done = sweep()
+    found = done if isinstance(done, dict) else {kind: done}
+    counts.update(found)
+    engine.observer.sweep(kind, time.perf_counter() - started, sum(found.values()))

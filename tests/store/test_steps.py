@@ -14,10 +14,11 @@ ERROR = {"message": "down", "code": "ConnectionError", "retryable": True, "type"
 
 
 def test_claim_step_takes_a_pending_step_once(store: Any, probe: Any) -> None:
-    suspended(store, "r1", step(1, input={"args": [1], "kwargs": {"k": 2}}), namespace="ns")
+    suspended(store, "r1", step(1, input={"args": [1], "kwargs": {"k": 2}}, queue="q1"), namespace="ns")
     store.pending_steps("r1", at(1), at(100))  # one redispatch counted, reset by the claim
     claim = store.claim_step("r1", 1, OWNER, at(2), at(62))
-    assert claim == StepClaim("r1", 1, "work", {"args": [1], "kwargs": {"k": 2}}, 1, "ns")
+    workflow = store.get_run("r1").workflow
+    assert claim == StepClaim("r1", 1, "work", {"args": [1], "kwargs": {"k": 2}}, 1, "ns", "q1", T0, workflow)
     cp = store.load_checkpoints("r1")[1]
     assert (cp.status, cp.attempts, cp.locked_by, cp.wake_at, cp.started_at, cp.timeout_at) == (
         "running",
@@ -45,6 +46,7 @@ def test_claim_step_waits_for_a_retry_to_fall_due(store: Any) -> None:
     assert store.claim_step("r1", 1, OWNER, at(29), at(89)) is None
     claim = store.claim_step("r1", 1, OTHER, at(30), at(90))
     assert (claim.attempt, store.load_checkpoints("r1")[1].locked_by) == (2, OTHER)
+    assert claim.ready_at == at(30)  # a retry waits from its due time, not from the first dispatch
 
 
 def test_claim_step_refuses_other_kinds_unknown_steps_and_settled_runs(store: Any) -> None:

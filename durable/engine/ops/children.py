@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from durable.engine import observe
 from durable.engine.history import COMPLETED, FAILED, IN_FLIGHT, cancelled_error
 from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.ops.steps import StepOps
@@ -122,7 +123,14 @@ class ChildOps(StepOps, WaitOps):
         except DurableError as exc:
             return error_record(exc, code="child_start_failed", retryable=False)
         now = self._clock.now()
-        port.create_run(run_fields(wf, child_id, value, now=now, namespace=self.namespace, parent_id=self.run_id))
+        fields = run_fields(wf, child_id, value, now=now, namespace=self.namespace, parent_id=self.run_id)
+        if engine.observer.enabled:
+            # The child's start: a span of its parent's turn, so the child's spans join the parent's trace.
+            attributes = {"run_id": child_id, "workflow": wf.name, "version": wf.version, "parent_id": self.run_id}
+            span = engine.observer.begin(observe.START, attributes, trace=port.span.context())
+            fields["trace_context"] = span.context()
+            span.end("started")
+        port.create_run(fields)
         port.after_commit(lambda: engine.transport.dispatch_turn(child_id))
         return None
 

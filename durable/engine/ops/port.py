@@ -12,6 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
+from durable.engine.observe import Span
 from durable.engine.ports import CheckpointWrite, RunRecord
 
 if TYPE_CHECKING:
@@ -26,6 +27,11 @@ class TurnPort(Protocol):
 
     @property
     def run(self) -> RunRecord: ...
+
+    @property
+    def span(self) -> Span:
+        """The turn's span (observability): the parent of the spans of its steps."""
+        ...
 
     @property
     def suspended(self) -> bool:

@@ -14,14 +14,16 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from durable.engine import observe
 from durable.engine.current_step import StepInfo, running
 from durable.engine.history import COMPLETED, FAILED, PENDING, RUNNING
+from durable.engine.observe import Span
 from durable.engine.ops.base import OpsBase
 from durable.engine.ports import CheckpointRecord
 from durable.engine.registry import StepDef
 from durable.engine.retry import Backoff, BackoffSpec, check_retries, make_backoff, retry_delay
 from durable.engine.serialization import error_record, to_json
-from durable.engine.vocab import CheckpointKind
+from durable.engine.vocab import CheckpointKind, StepResult
 from durable.exceptions import Blocked, InvalidInput, StepFailed
 
 LOCAL = CheckpointKind.LOCAL
@@ -99,9 +101,12 @@ class StepOps(OpsBase):
         attempt = (cp.attempts if cp is not None else 0) + 1
         started = clock.now()
         create = cp is None
+        span = self._step_span(seq, name, attempt, None, observe.LOCAL)
         try:
             value = to_json(call(), f"local_step {name!r} result")
         except Exception as exc:
+            span.fail(exc)
+            span.end(StepResult.FAILED)
             err = error_record(exc)
             if err["retryable"] and attempt <= retries:
                 retry_at = clock.now() + timedelta(seconds=policy.delay(attempt))
@@ -115,6 +120,7 @@ class StepOps(OpsBase):
             )
             port.flush()
             raise StepFailed(name, seq, err, attempt) from exc
+        span.end(StepResult.COMPLETED)
         # Not committed yet: it rides with the next commit, which always comes before the
         # next side effect (the flush above the next step) or ends the turn. One commit per step.
         port.defer(
@@ -151,6 +157,12 @@ class StepOps(OpsBase):
             return self._run_here(seq, sd, args, kwargs, undo)
         self._dispatch_step(seq, sd, args, kwargs)
         raise self._suspend(event=True)
+
+    def _step_span(self, seq: int, name: str, attempt: int, queue: str | None, mode: str) -> Span:
+        """The span of a step this turn runs itself (local or eager), a child of the turn's span."""
+        attributes = {"run_id": self.run_id, "workflow": self._port.run.workflow, "seq": seq, "step": name}
+        attributes.update(attempt=attempt, queue=queue, mode=mode)
+        return self._engine.observer.begin(observe.STEP, attributes, trace=self._port.span.context())
 
     def _dispatch_step(self, seq: int, sd: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Write the pending checkpoint of a dispatched step and announce it after commit."""
@@ -220,12 +232,15 @@ class StepOps(OpsBase):
             lambda: engine.store.renew_step(run_id, seq, owner, engine.clock.now() + lease),
             lambda: None,  # the commit that settles it finds out
         )
+        span = self._step_span(seq, sd.name, 1, sd.route, observe.EAGER)
         try:
             with running(StepInfo(run_id, seq, sd.name, 1)):
                 output = to_json(sd.fn(*args, **kwargs), f"result of step {sd.name!r}")
         except Exception as exc:
             err = error_record(exc)
             delay = retry_delay(sd, err, 1)
+            span.fail(exc)
+            span.end(StepResult.FAILED if delay is None else StepResult.RETRYING)
             if delay is not None:
                 retry_at = self._clock.now() + timedelta(seconds=delay)
                 settle(PENDING, error=err, retry_at=retry_at, wake_at=retry_at)
@@ -236,6 +251,7 @@ class StepOps(OpsBase):
             raise StepFailed(sd.name, seq, err, 1) from exc
         finally:
             hold.release()
+        span.end(StepResult.COMPLETED)
         settle(COMPLETED, output=output, finished_at=self._clock.now())
         self._remember_undo(seq, sd.name, undo, payload, output)
         return output

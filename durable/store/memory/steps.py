@@ -46,7 +46,19 @@ class StepsPart(MemoryBase):
             return None
         timeout_at = plan.timeout_at(timeout_of(cp["name"]))
         self.tables.set(cp, **{**plan.sets, "attempts": cp["attempts"] + 1, "timeout_at": timeout_at})
-        return StepClaim(run_id, seq, cp["name"], as_json(cp["input"]), cp["attempts"], run["namespace"])
+        ready_at = cp["retry_at"] or cp["enqueued_at"]
+        return StepClaim(
+            run_id,
+            seq,
+            cp["name"],
+            as_json(cp["input"]),
+            cp["attempts"],
+            run["namespace"],
+            cp["queue"],
+            ready_at,
+            run["workflow"],
+            as_json(run["trace_context"]),
+        )
 
     @atomically
     def renew_step(self, run_id: str, seq: int, owner: str, lease_until: datetime) -> bool:

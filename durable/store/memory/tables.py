@@ -21,7 +21,17 @@ from durable.engine.vocab import RunStatus
 Row = dict[str, Any]
 _MISSING = object()
 
-RUN_JSON = ("input", "output", "error", "tags", "search_attributes", "query_values", "patches", "lifecycle")
+RUN_JSON = (
+    "input",
+    "output",
+    "error",
+    "tags",
+    "search_attributes",
+    "query_values",
+    "patches",
+    "lifecycle",
+    "trace_context",
+)
 CHECKPOINT_JSON = ("input", "output", "error", "progress", "events")
 _RUN_RECORD = list(RunRecord.__dataclass_fields__)
 _CP_RECORD = list(CheckpointRecord.__dataclass_fields__)
@@ -69,6 +79,7 @@ def _defaults(now: datetime) -> Row:
         "updated_at": now,
         "started_at": None,
         "finished_at": None,
+        "trace_context": None,
     }
 
 

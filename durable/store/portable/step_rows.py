@@ -40,19 +40,35 @@ class StepRows(StoreBase):
                 Checkpoint.objects.select_for_update(of=("self",))
                 .filter(run_id=plan.run_id, seq=plan.seq, kind=plan.kind)
                 .order_by()
-                .values("id", "name", "status", "input", "attempts", "retry_at")
+                .values("id", "name", "status", "input", "attempts", "retry_at", "queue", "enqueued_at")
                 .first()
             )
             if row is None or row["status"] != plan.expect:
                 return None
             if row["retry_at"] is not None and row["retry_at"] > plan.now:
                 return None  # a retry that is not due yet
-            run = Run.objects.filter(id=plan.run_id).values_list("status", "namespace").first()
+            run = (
+                Run.objects.filter(id=plan.run_id)
+                .values_list("status", "namespace", "workflow", "trace_context")
+                .first()
+            )
             if run is None or run[0] not in plan.run_statuses:
                 return None
             sets = {**plan.sets, "timeout_at": plan.timeout_at(timeout_of(row["name"]))}
             Checkpoint.objects.filter(id=row["id"]).update(attempts=F("attempts") + 1, **sets)
-        return StepClaim(plan.run_id, plan.seq, row["name"], row["input"], row["attempts"] + 1, run[1])
+        ready_at = row["retry_at"] or row["enqueued_at"]
+        return StepClaim(
+            plan.run_id,
+            plan.seq,
+            row["name"],
+            row["input"],
+            row["attempts"] + 1,
+            run[1],
+            row["queue"],
+            ready_at,
+            run[2],
+            run[3],
+        )
 
     def renew_step(self, run_id: str, seq: int, owner: str, lease_until: datetime) -> bool:
         return bool(

@@ -14,7 +14,7 @@ from durable.engine.vocab import RunStatus
 from durable.store.portable.step_rows import StepRows
 from durable.store.postgres.base import PostgresBase
 from durable.store.postgres.rows import to_run
-from durable.store.statements import CP_FIELD, PG_CLAIM_STEP, PG_SET_STEP_TIMEOUT
+from durable.store.statements import CP_FIELD, PG_CLAIM_STEP, PG_SET_STEP_TIMEOUT, RUN_FIELD
 
 
 class PostgresSteps(PostgresBase, StepRows):
@@ -29,13 +29,15 @@ class PostgresSteps(PostgresBase, StepRows):
         rows = self._execute(PG_CLAIM_STEP, params)
         if not rows:
             return None
-        cp_id, name, raw_input, attempts, namespace = rows[0]
+        cp_id, name, raw_input, attempts, namespace, queue, ready_at, workflow, raw_trace = rows[0]
         field: Any = CP_FIELD["input"]
         value = field.from_db_value(raw_input, None, connection) if raw_input is not None else None
+        trace_field: Any = RUN_FIELD["trace_context"]
+        trace = trace_field.from_db_value(raw_trace, None, connection) if raw_trace is not None else None
         timeout_at = plan.timeout_at(timeout_of(name))
         if timeout_at is not None:
             self._execute(PG_SET_STEP_TIMEOUT, [timeout_at, cp_id])
-        return StepClaim(plan.run_id, plan.seq, name, value, attempts, namespace)
+        return StepClaim(plan.run_id, plan.seq, name, value, attempts, namespace, queue, ready_at, workflow, trace)
 
     def _settle_step(self, plan: StepResultPlan) -> tuple[str | None, RunRecord | None]:
         """Settle and wake (or lease) in one statement; the run's status as found, the run as leased."""
