@@ -49,6 +49,7 @@ def as_dict(span: ReadableSpan) -> dict[str, Any]:
         "status": span.status.status_code.name,
         "events": [event.name for event in span.events],
         "pid": os.getpid(),
+        "start": span.start_time,
     }
 
 

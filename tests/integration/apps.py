@@ -8,6 +8,9 @@
 ``fleet_check_once``  the first "does a live worker serve this step?" query raises a
                       database error (as a statement timeout would), leaving the
                       connection usable.
+
+``$DURABLE_IT_SPANS`` installs the OpenTelemetry SDK and appends every finished span
+to that file (the trace test).
 """
 
 from __future__ import annotations
@@ -26,6 +29,11 @@ class IntegrationConfig(AppConfig):
     def ready(self) -> None:
         if os.environ.get("DURABLE_IT_FAULT") == "fleet_check_once":
             _fail_first_fleet_check()
+        if os.environ.get("DURABLE_IT_SPANS"):
+            # The OpenTelemetry SDK, exporting this worker's spans to the file the test reads.
+            from tests.otel_kit import install
+
+            install()
 
 
 def _fail_first_fleet_check() -> None:

@@ -174,3 +174,13 @@ def guarded(ctx: durable.WorkflowContext, data: dict[str, Any]) -> Any:
         return ctx.step(alpha_poison)
     except durable.StepFailed as exc:
         return {"caught": exc.error["code"], "attempts": exc.attempts}
+
+
+@durable.workflow(name="it.traced")
+def traced(ctx: durable.WorkflowContext, x: int) -> int:
+    """Three dispatched steps with a sleep and a signal in between (the trace test)."""
+    a = ctx.step(alpha_inc, x, None)
+    ctx.sleep("500ms")
+    approved = ctx.wait_signal("go")
+    b = ctx.step(beta_double, a if approved else 0, None)
+    return int(ctx.step(alpha_square, b, None))
