@@ -1,7 +1,7 @@
 """Celery's own records about the sweep task, demoted to DEBUG.
 
 Celery logs every task it receives and runs, and beat every task it sends, at
-INFO. The beat sends ``durable.sweep`` every ``SWEEP_EVERY`` seconds: left
+INFO. The beat sends ``durable.sweep`` every ``SWEEP_INTERVAL`` (2 s): left
 alone, that is three INFO lines every two seconds, saying nothing. The sweep
 logs its own summary instead (``durable.sweeps``, at INFO only when it did
 something). A failing sweep is still logged by Celery at ERROR.
@@ -12,7 +12,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-SWEEP_TASK = "durable.sweep"
+from durable.transports.celery import SWEEP_TASK
+
 # The loggers that write a line per task: worker receipt, task success, beat send.
 CELERY_LOGGERS = ("celery.worker.strategy", "celery.app.trace", "celery.beat")
 
