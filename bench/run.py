@@ -1063,7 +1063,15 @@ def main() -> None:
     parser.add_argument("--dbos-url", default=os.environ.get("BENCH_DBOS_DATABASE_URL", DEFAULT_DBOS_DB))
     parser.add_argument("--redis-url", default=os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS))
     parser.add_argument("--out", default=str(BENCH / "results"))
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="durable with DURABLE['OPENTELEMETRY'] on: the SDK installed in every process, spans and "
+        "metrics recorded, spans exported to a discarding exporter (bench/apps.py)",
+    )
     args = parser.parse_args()
+    if args.otel:
+        os.environ["BENCH_OTEL"] = "1"  # inherited by every process this run starts
     only = [w.strip() for w in args.only.split(",") if w.strip()]
     sizes = SIZES[args.size]
 
@@ -1112,6 +1120,7 @@ def main() -> None:
         "duration_s": round(time.monotonic() - t0, 1),
         "command": " ".join(["./bench/run", *sys.argv[1:]]),
         "size": args.size,
+        "otel": bool(args.otel),
         "sizes": sizes,
         "machine": info,
         "table": table,

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable.engine import observe, turn
 from durable.engine.current_step import StepInfo, running
-from durable.engine.observe import Span
+from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.ports import ClaimCheck, StepClaim
 from durable.engine.retry import retry_delay
 from durable.engine.serialization import error_record, to_json
@@ -91,6 +91,8 @@ def execute_step(
 
 def _begin(engine: Engine, claim: StepClaim, now: datetime, trace: dict[str, str] | None) -> Span:
     """The span of a dispatched step; ``queue_wait``: from when it was due to its claim."""
+    if not engine.observer.enabled:
+        return NOOP_SPAN
     attributes: dict[str, Any] = {
         "run_id": claim.run_id,
         "workflow": claim.workflow,

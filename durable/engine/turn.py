@@ -199,6 +199,8 @@ def prepare_turn(
 
 def _begin(engine: Engine, run: RunRecord, now: datetime) -> Span:
     """The turn's span; ``lateness``: how long after its wake the run was taken (a timer's lateness)."""
+    if not engine.observer.enabled:
+        return NOOP_SPAN
     attributes = {"run_id": run.id, "workflow": run.workflow, "version": run.version, "turn": run.turns}
     if run.wake_at is not None:
         attributes["lateness"] = max((now - run.wake_at).total_seconds(), 0.0)

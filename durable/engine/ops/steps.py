@@ -17,7 +17,7 @@ from typing import Any
 from durable.engine import observe
 from durable.engine.current_step import StepInfo, running
 from durable.engine.history import COMPLETED, FAILED, PENDING, RUNNING
-from durable.engine.observe import Span
+from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.ops.base import OpsBase
 from durable.engine.ports import CheckpointRecord
 from durable.engine.registry import StepDef
@@ -160,6 +160,8 @@ class StepOps(OpsBase):
 
     def _step_span(self, seq: int, name: str, attempt: int, queue: str | None, mode: str) -> Span:
         """The span of a step this turn runs itself (local or eager), a child of the turn's span."""
+        if not self._engine.observer.enabled:
+            return NOOP_SPAN
         attributes = {"run_id": self.run_id, "workflow": self._port.run.workflow, "seq": seq, "step": name}
         attributes.update(attempt=attempt, queue=queue, mode=mode)
         return self._engine.observer.begin(observe.STEP, attributes, trace=self._port.span.context())
