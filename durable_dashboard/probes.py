@@ -93,7 +93,7 @@ class MetricsView(JSONEndpoint, APIView):
     @documented(
         summary="Prometheus metrics",
         responses={
-            200: OpenApiResponse(OpenApiTypes.STR, description="Prometheus text exposition format"),
+            (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="Prometheus text exposition format"),
             501: OpenApiResponse(OpenApiTypes.OBJECT, description="prometheus-client is not installed"),
         },
     )
