@@ -92,6 +92,19 @@ def test_a_sweep_that_did_something_logs_its_counts_at_info(caplog):
     assert summaries[0].counts == counts
 
 
+def test_celerys_line_of_a_sweep_that_did_something_stays_info(caplog, celery_app):
+    caplog.set_level(logging.INFO)
+    trace_logger = logging.getLogger("celery.app.trace")
+    for counts in ("{'timeouts': 0, 'recovered': 0}", "{'timeouts': 0, 'recovered': 1}"):
+        context = {"id": "x", "name": SWEEP_TASK, "return_value": counts, "runtime": 0.01}
+        trace_logger.info(
+            "Task %(name)s[%(id)s] succeeded in %(runtime)ss: %(return_value)s", context, extra={"data": context}
+        )
+    assert info_lines(caplog) == [
+        "celery.app.trace: Task durable.sweep[x] succeeded in 0.01s: {'timeouts': 0, 'recovered': 1}"
+    ]
+
+
 def test_other_celery_tasks_keep_their_info_lines(caplog, celery_app):
     caplog.set_level(logging.INFO)
     logging.getLogger("celery.beat").info("Scheduler: Sending due task %s (%s)", "nightly", "reports.nightly")
