@@ -236,3 +236,17 @@ def test_failed_by_the_timeout_of_a_suspended_run_once(seen):
         drive()
     assert durable.get_run(run_id).status == "failed"
     assert seen == [("failed", "sig_timed", run_id, "failed")]
+
+
+def test_cancelled_by_a_schedules_cancel_other_once(seen):
+    from tests.test_schedules import T0, runs_of
+
+    with fake_clock(T0) as clock:
+        durable.create_schedule("sig-cancel", "sched.held", every="1m", overlap="cancel_other")
+        drive()
+        clock.advance(timedelta(minutes=1))
+        seen.clear()
+        drive()
+    first, second = runs_of("sig-cancel")
+    assert (first.status, second.status) == ("cancelled", "suspended")
+    assert only(seen, "cancelled") == [("cancelled", "sched.held", first.id, "cancelled")]

@@ -89,6 +89,7 @@ class ScheduleApplied:
     applied: bool
     created: tuple[str, ...] = field(default_factory=tuple)
     woken: tuple[str, ...] = field(default_factory=tuple)
+    cancelled: tuple[str, ...] = field(default_factory=tuple)  # by overlap cancel_other, to announce
 
 
 def due_at(

@@ -18,6 +18,7 @@ from typing import Any
 
 from durable.engine.core import Engine
 from durable.engine.new_runs import clean_input, run_fields
+from durable.engine.vocab import RunStatus
 from durable.exceptions import DurableError
 from durable.schedules.plan import ScheduleRecord, plan_fire
 from durable.schedules.sync import ensure_synced
@@ -71,6 +72,8 @@ def fire_due_schedules(engine: Engine) -> int:
         now = engine.clock.now()
         results = engine.store.fire_schedules(now, batch, partial(_decide, engine, now))
         for result in results:
+            # The page committed: announce the runs cancel_other cancelled, then dispatch.
+            engine.emit_settled(RunStatus.CANCELLED, result.cancelled)
             for run_id in (*result.woken, *result.created):
                 engine.transport.dispatch_turn(run_id)
             started += len(result.created)

@@ -59,11 +59,14 @@ class SchedulesPart(RunsPart):
         changes = {name: as_json(value) if name in _JSON else value for name, value in plan.changes.items()}
         self.tables.set(row, revision=plan.revision + 1, **changes)
         woken: list[str] = []
+        cancelled: list[str] = []
         for run_id in plan.cancel:
             if run_id in self.tables.runs:
-                woken += self.cancel(run_id, now)[1]
+                done = self.cancel(run_id, now)
+                woken += done.woken
+                cancelled += done.cancelled
         created = self._insert_runs(list(plan.runs))
-        return ScheduleApplied(plan.key, True, tuple(created), tuple(woken))
+        return ScheduleApplied(plan.key, True, tuple(created), tuple(woken), tuple(cancelled))
 
     @atomically
     def fire_schedules(self, now: datetime, limit: int, decide: Decide) -> list[ScheduleApplied]:

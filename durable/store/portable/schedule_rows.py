@@ -64,11 +64,14 @@ class ScheduleRows(RunRows):
         if not matched:
             return ScheduleApplied(plan.key, False)
         woken: list[str] = []
+        cancelled: list[str] = []
         for run_id in plan.cancel:
             if Run.objects.filter(id=run_id).exists():
-                woken += self.cancel(run_id, now)[1]
+                done = self.cancel(run_id, now)
+                woken += done.woken
+                cancelled += done.cancelled
         created = [fields["id"] for fields in plan.runs if self.create_run(fields)]
-        return ScheduleApplied(plan.key, True, tuple(created), tuple(woken))
+        return ScheduleApplied(plan.key, True, tuple(created), tuple(woken), tuple(cancelled))
 
     def fire_schedules(self, now: datetime, limit: int, decide: Decide) -> list[ScheduleApplied]:
         """Plan (``decide``) and apply the due rows of a page, under their row locks.
