@@ -154,7 +154,7 @@ class Client(MessagesMixin, RepairsMixin):
             result = engine.store.cancel(run_id, engine.clock.now(), compensate)
             self._dispatch_after_commit(list(result.woken))
             if result.cancelled:
-                transaction.on_commit(lambda: engine.emit_settled(RunStatus.CANCELLED, result.cancelled))
+                after_commit(lambda: engine.emit_settled(RunStatus.CANCELLED, result.cancelled))
         return result.done
 
     def heartbeat(self, progress: Any = None) -> bool:
