@@ -16,8 +16,8 @@ from durable.engine import execution, logs, turn
 from durable.engine.clock import Clock
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
-from durable.engine.owners import make_owner_id as make_owner_id
 from durable.engine.observe import Observer
+from durable.engine.owners import make_owner_id as make_owner_id
 from durable.engine.ports import CheckpointRecord, RunRecord, Store, Transport
 from durable.engine.registry import Registry
 from durable.engine.vocab import StepResult, TurnResult
