@@ -8,7 +8,7 @@ import sys
 from django.apps import AppConfig
 from django.core import checks
 
-from durable.checks import check_settings, check_sweep_queue
+from durable.checks import check_recovery, check_settings, check_sweep_queue
 
 
 class DurableConfig(AppConfig):
@@ -29,6 +29,7 @@ class DurableConfig(AppConfig):
 
         connection_created.connect(configure_connection, dispatch_uid="durable.sqlite")
         checks.register(check_settings, "durable")
+        checks.register(check_recovery, "durable")
         checks.register(check_sqlite, "durable")
         checks.register(check_sweep_queue, "durable")
         if _is_dev_server():

@@ -1,6 +1,7 @@
 """System checks of django-durable (``manage.py check``), each with a stable id.
 
 ``durable.E001``: ``settings.DURABLE`` does not parse (an unknown option, a bad value).
+``durable.W001``: a setting turns a lost message into a stuck run (``STEP_LEASE=None``).
 ``durable.W020``: with Celery, the sweeps are sent to a queue that work goes to too, so they
 would wait behind its backlog (and recovery with them).
 """
@@ -60,5 +61,29 @@ def check_sweep_queue(app_configs: object = None, **kwargs: object) -> list[chec
                 "`celery -A proj worker -Q durable,durable.sweeps`."
             ),
             id="durable.W020",
+        )
+    ]
+
+
+def check_recovery(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
+    """``durable.W001`` when the settings turn a lost message into a stuck run.
+
+    ``STEP_LEASE=None`` turns lost-dispatch recovery off: a step message the
+    broker loses before a worker takes it (a Redis restart or flush) leaves
+    its run waiting until an operator redispatches it.
+    """
+    from django.conf import settings
+
+    from durable import conf
+
+    values, found = conf.problems(getattr(settings, "DURABLE", None))
+    if found or values["STEP_LEASE"] is not None:
+        return []
+    return [
+        checks.Warning(
+            "settings.DURABLE['STEP_LEASE'] is None: a step message lost before a worker takes it "
+            "(a broker restart or flush) leaves its run waiting until someone redispatches it.",
+            hint="Remove STEP_LEASE (default 60s) or set it to how long a step may wait in its queue.",
+            id="durable.W001",
         )
     ]

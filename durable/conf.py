@@ -26,10 +26,13 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           background; once it lapses the step is presumed
                           lost with its worker: a failed attempt (code
                           ``worker_lost``) under the step's retry policy.
-``STEP_LEASE``            None (off). Lost-dispatch self-heal window for steps
-                          still waiting for a worker.
-``STEP_REDISPATCH_MAX``   3. Re-dispatches before a lost step fails with
-                          ``remote_step_lost``.
+``STEP_LEASE``            60s. Lost-dispatch recovery: a pending step no worker
+                          claimed within it is sent again (then after twice as
+                          long each time, at most ``RECONCILE_AFTER``). None
+                          turns it off (``manage.py check`` warns: a lost step
+                          message then strands its run).
+``STEP_REDISPATCH_MAX``   None (never give up). Re-dispatches before a step no
+                          worker takes fails with ``remote_step_lost``.
 ``HEARTBEAT_INTERVAL``    5s. At most one persisted heartbeat per step per interval.
 ``MAX_PAYLOAD_BYTES``     1 MiB. Largest JSON input, output or signal payload.
 ``SWEEP_BATCH``           100. Rows each sweep handles per call.
@@ -89,8 +92,8 @@ DEFAULTS: dict[str, Any] = {
     "EMBEDDED_WORKER": True,
     "DEFAULT_NAMESPACE": "default",
     "STEP_EXECUTION_LEASE": 60.0,
-    "STEP_LEASE": None,
-    "STEP_REDISPATCH_MAX": 3,
+    "STEP_LEASE": 60.0,
+    "STEP_REDISPATCH_MAX": None,
     "HEARTBEAT_INTERVAL": 5.0,
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
     "SWEEP_BATCH": 100,
@@ -119,6 +122,8 @@ _DURATIONS = (
     "HEALTH_STALE_AFTER",
 )
 _INTS = ("MAX_RECOVERY_ATTEMPTS", "WORKER_THREADS", "STEP_REDISPATCH_MAX", "MAX_PAYLOAD_BYTES", "SWEEP_BATCH")
+# Options that may be None (off).
+_OPTIONAL = ("STEP_LEASE", "STEP_REDISPATCH_MAX")
 
 
 @dataclass(frozen=True)
@@ -133,7 +138,7 @@ class DurableSettings:
     default_namespace: str
     step_execution_lease: float
     step_lease: float | None
-    step_redispatch_max: int
+    step_redispatch_max: int | None
     heartbeat_interval: float
     max_payload_bytes: int
     sweep_batch: int
@@ -161,18 +166,21 @@ def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
         found.append(f"settings.DURABLE has unknown option(s) {sorted(unknown)}; known: {sorted(DEFAULTS)}")
     values = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
     for key in (*_DURATIONS, "STEP_LEASE"):
-        if key == "STEP_LEASE" and values[key] is None:
+        if key in _OPTIONAL and values[key] is None:
             continue
         try:
             values[key] = to_seconds(values[key])
             if values[key] <= 0:
-                raise InvalidInput(f"{key} must be positive" + (" or None" if key == "STEP_LEASE" else ""))
+                raise InvalidInput(f"{key} must be positive" + (" or None" if key in _OPTIONAL else ""))
         except InvalidInput as exc:
             found.append(f"settings.DURABLE: {exc}")
     for key in _INTS:
         value = values[key]
+        if key in _OPTIONAL and value is None:
+            continue
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            found.append(f"settings.DURABLE[{key!r}] must be a positive integer, got {value!r}")
+            also = " or None" if key in _OPTIONAL else ""
+            found.append(f"settings.DURABLE[{key!r}] must be a positive integer{also}, got {value!r}")
     transport = values["TRANSPORT"]
     if transport is None:
         transport = "celery" if getattr(django_settings, "CELERY_BROKER_URL", None) else "inline"

@@ -95,11 +95,10 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=None)
 # after every task, and each step then pays for a new connection).
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 
-DURABLE = {
-    "TRANSPORT": env("DURABLE_TRANSPORT", default=None),
-    # Lost-dispatch self-heal for dispatched steps (e.g. "30s"); off unless set.
-    "STEP_LEASE": env("DURABLE_STEP_LEASE", default=None),
-}
+DURABLE = {"TRANSPORT": env("DURABLE_TRANSPORT", default=None)}
+# Lost-dispatch recovery window for dispatched steps (e.g. "30s"); the engine's default (60s) unless set.
+if env("DURABLE_STEP_LEASE", default=None):
+    DURABLE["STEP_LEASE"] = env("DURABLE_STEP_LEASE")
 
 # REST API (durable_dashboard, mounted at /api/durable/). Token or session authentication;
 # anonymous requests are refused; each action needs its own permission.

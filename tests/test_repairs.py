@@ -198,11 +198,14 @@ def test_lost_dispatch_is_redispatched_then_fails_as_remote_step_lost(recorder):
             sweeps.tick(engine, execute=False)
             assert len(recorder.steps) == 1  # still within the lease
             fc.advance("1s")
+            sweeps.tick(engine, execute=False)  # re-sent; the next after twice the window
+            fc.advance("19s")
             sweeps.tick(engine, execute=False)
-            fc.advance("10s")
+            assert len(recorder.steps) == 2
+            fc.advance("1s")
             sweeps.tick(engine, execute=False)
             assert recorder.steps == [(run_id, 2, "billing")] * 3
-            fc.advance("10s")
+            fc.advance("40s")
             counts = sweeps.tick(engine, execute=False)
             assert counts["lost"] == 1
             engine.run_turn(run_id)

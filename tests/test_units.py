@@ -9,6 +9,7 @@ from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
+from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
@@ -184,7 +185,7 @@ def test_decorators_work_bare_and_with_options():
 def test_settings_defaults_and_overrides():
     with override_settings(DURABLE={}):
         s = conf.get()
-        assert (s.lease, s.reconcile_after, s.max_recovery_attempts, s.step_lease) == (30.0, 300.0, 5, None)
+        assert (s.lease, s.reconcile_after, s.max_recovery_attempts, s.step_lease) == (30.0, 300.0, 5, 60.0)
     with override_settings(DURABLE={"LEASE": "2m", "TRANSPORT": "manual"}):
         assert conf.get().lease == 120.0
 
@@ -224,6 +225,39 @@ def test_every_settings_problem_is_reported_at_once():
     text = " | ".join(e.msg for e in found)
     for name in ("NOPE", "LEASE", "carrier-pigeon", "SWEEP_BATCH", "STEP_LEASE"):
         assert name in text and name in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("durable_setting", "warned"),
+    [
+        ({}, False),
+        ({"STEP_LEASE": "5m"}, False),
+        ({"STEP_LEASE": "5m", "STEP_REDISPATCH_MAX": 3}, False),
+        ({"STEP_LEASE": None}, True),
+        ({"STEP_LEASE": None, "LEASE": 0}, False),  # E001 says what is wrong first
+    ],
+)
+def test_a_setting_that_strands_runs_after_a_lost_message_is_warned(durable_setting, warned):
+    from django.core.management import call_command
+
+    from durable.checks import check_recovery
+
+    with override_settings(DURABLE=durable_setting):
+        found = check_recovery()
+        assert [w.id for w in found] == (["durable.W001"] if warned else [])
+        if warned:
+            assert "STEP_LEASE" in found[0].msg and found[0].level == checks.WARNING
+            call_command("check")  # a warning, not an error: the project still starts
+
+
+def test_the_redispatch_limit_may_be_none_or_a_positive_count():
+    with override_settings(DURABLE={"STEP_REDISPATCH_MAX": None}):
+        assert conf.get().step_redispatch_max is None
+    with override_settings(DURABLE={"STEP_REDISPATCH_MAX": 3}):
+        assert conf.get().step_redispatch_max == 3
+    with override_settings(DURABLE={"STEP_REDISPATCH_MAX": 0}):
+        with pytest.raises(ImproperlyConfigured, match="positive integer or None"):
+            conf.get()
 
 
 def test_transport_auto_selects_celery_with_a_broker():

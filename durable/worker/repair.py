@@ -185,8 +185,16 @@ def _lapse_error(row: dict[str, Any], now: datetime) -> dict[str, Any]:
     return {"message": message, "code": code, "retryable": True, "type": kind, "traceback": None}
 
 
-def _redelivery(engine: Engine) -> timedelta:
-    return timedelta(seconds=engine.settings.step_lease or engine.settings.reconcile_after)
+def _redelivery(engine: Engine, sent: int = 0) -> timedelta:
+    """When to send a pending step again after it has been sent ``sent`` more times unclaimed.
+
+    ``STEP_LEASE`` doubled per unclaimed re-send, at most ``RECONCILE_AFTER``:
+    a lost message is sent again soon, while a step only queued behind a long
+    backlog piles up a few duplicate messages, not one per window.
+    """
+    settings = engine.settings
+    first = settings.step_lease or settings.reconcile_after
+    return timedelta(seconds=min(first * 2 ** min(sent, 32), max(first, settings.reconcile_after)))
 
 
 def redispatch_lost_steps(engine: Engine, *, should_stop: StopCheck = never) -> dict[str, int]:
@@ -194,10 +202,14 @@ def redispatch_lost_steps(engine: Engine, *, should_stop: StopCheck = never) -> 
 
 
     The same step id is dispatched again, so a worker that did get the first
-    message and a worker that gets the second cannot both settle it. With
-    ``STEP_LEASE`` set, a step re-dispatched ``STEP_REDISPATCH_MAX`` times
-    without any worker taking it fails with code ``remote_step_lost``, into
-    the workflow's own error handling. Due retries are dispatched here too.
+    message and a worker that gets the second cannot both run it (the claim
+    is compare-and-set on ``pending``) nor both settle it. A step still
+    unclaimed is sent again after twice as long each time (``STEP_LEASE``,
+    doubling, at most ``RECONCILE_AFTER``). With ``STEP_REDISPATCH_MAX`` set,
+    a step re-dispatched that many times without any worker taking it fails
+    with code ``remote_step_lost``, into the workflow's own error handling;
+    by default it is sent again for as long as it waits. Due retries are
+    dispatched here too.
     """
     store = engine.store
     settings = engine.settings
@@ -208,7 +220,8 @@ def redispatch_lost_steps(engine: Engine, *, should_stop: StopCheck = never) -> 
             break
         run_id, seq = row["run_id"], row["seq"]
         retry_due = row["retry_at"] is not None and row["dispatches"] == 0
-        if settings.step_lease and not retry_due and row["dispatches"] >= settings.step_redispatch_max:
+        give_up = settings.step_redispatch_max
+        if give_up is not None and not retry_due and row["dispatches"] >= give_up:
             error = {
                 "message": (f"step {row['name']!r} was dispatched {row['dispatches'] + 1} times and no worker took it"),
                 "code": "remote_step_lost",
@@ -220,7 +233,8 @@ def redispatch_lost_steps(engine: Engine, *, should_stop: StopCheck = never) -> 
                 engine.transport.dispatch_turn(run_id)
             counts["lost"] += 1
             continue
-        if store.redispatch_step(run_id, seq, row["wake_at"], now + _redelivery(engine)):
+        sent = row["dispatches"] + (0 if retry_due else 1)
+        if store.redispatch_step(run_id, seq, row["wake_at"], now + _redelivery(engine, sent)):
             engine.transport.dispatch_step(run_id, seq, row["queue"])
             counts["redispatched"] += 1
     return counts
