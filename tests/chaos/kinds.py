@@ -2,5 +2,5 @@
 
 KILLS = ("kill_celery_worker", "kill_beat", "kill_durable_worker")
 GLOBAL = ("pg_restart", "redis_flushall", "redis_restart")
-MESSAGES = ("duplicate_delivery", "late_result", "sweeper_race", "cancel_race")
+MESSAGES = ("duplicate_delivery", "late_result", "sweeper_race", "cancel_race", "poison_step")
 KINDS = (*KILLS, *GLOBAL, *MESSAGES)
