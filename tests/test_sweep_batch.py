@@ -620,8 +620,11 @@ def test_the_page_claim_updates_its_rows_by_id_whatever_the_statistics():
             update = plan[0]["Plan"]
             scans = [n for n in _nodes(update) if n.get("Relation Name") == "durable_run" and "Index Cond" in n]
             outer = [n for n in scans if "claim_id" not in n.get("Index Cond", "")]
-            # the CTE's pick uses the due index; the update itself finds the picked rows by id
-            assert any("status" in n["Index Cond"] and "wake_at" in n["Index Cond"] for n in outer), json.dumps(plan)
+            # The CTE's pick reads the runs of the due status through an index. On a table this
+            # small which index (the due one, or another that leads with status) is the planner's
+            # pick by cost, and the statistics earlier tests leave decide it: that part is not
+            # asserted. The update itself must find the picked rows by id.
+            assert any("status" in n["Index Cond"] for n in outer), json.dumps(plan)
             updated = [n for n in _nodes(update["Plans"][-1]) if n.get("Relation Name") == "durable_run"]
             conds = [n.get("Index Cond", "") + n.get("Recheck Cond", "") for n in updated]
             # by id (or, for a table this small, a plain scan): never through the due columns
