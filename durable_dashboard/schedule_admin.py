@@ -52,7 +52,12 @@ class ScheduleAdmin(_ModelAdmin):
     """Schedules: key, workflow, spec in words, timezone, next five windows, last run, paused."""
 
     form = ScheduleForm
-    list_display = ("key", "workflow", "spec_words", "timezone", "next_windows", "last_run", "paused", "tools")
+
+    class Media:
+        css = {"all": ("durable_dashboard/dashboard.css",)}
+
+    # paused right after the key: the state an operator looks for first stays on screen at any width
+    list_display = ("key", "paused", "workflow", "spec_words", "timezone", "next_windows", "last_run", "tools")
     list_display_links = ("key",)
     list_filter = ("paused", "origin")
     search_fields = ("key", "workflow")
@@ -109,7 +114,13 @@ class ScheduleAdmin(_ModelAdmin):
             return "none"
         status = Run.objects.filter(id=row.last_run_id).values_list("status", flat=True).first() or "gone"
         url = reverse("admin:durable_run_change", args=[quote(row.last_run_id)])
-        return format_html('<a href="{}">{}</a> <span class="durable-status">{}</span>', url, row.last_run_id, status)
+        return format_html(
+            '<a class="durable-short" href="{}" title="{}">{}</a> <span class="durable-status">{}</span>',
+            url,
+            row.last_run_id,
+            row.last_run_id,
+            status,
+        )
 
     @admin.display(description="")
     def tools(self, row: ScheduleRow) -> str:
