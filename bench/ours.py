@@ -388,6 +388,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument(
+        "--observer",
+        choices=["settings", "off"],
+        default="settings",
+        help="off: the engine's no-op observer for this command, whatever OPENTELEMETRY says (bench/otel.py pairs it)",
+    )
     p = sub.add_parser("counts-inproc")
     p.add_argument("--mode", choices=["signal", "caller"], default="signal")
     p.add_argument("--workflows", type=int, default=40)
@@ -431,6 +437,10 @@ def run_command(args: argparse.Namespace) -> dict[str, Any]:
     if getattr(args, "mode", None) in MODE_TRANSPORT:
         transport = MODE_TRANSPORT[args.mode]
     with override_settings(DURABLE={**settings.DURABLE, "TRANSPORT": transport}):
+        if getattr(args, "observer", "settings") == "off":
+            from durable.engine.observe import Observer
+
+            get_engine().observer = Observer()  # this command's engine only (rebuilt for the next one)
         result = COMMANDS[args.cmd](args)
         get_engine().transport.shutdown(wait=True)
     connections.close_all()

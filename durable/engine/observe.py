@@ -10,8 +10,10 @@ A span is opened with :meth:`Observer.begin` and closed with
 when the turn takes its run and closed after its final commit, which may be
 batched with other runs' commits). ``trace`` is the trace context a run
 carries (:attr:`~durable.engine.ports.RunRecord.trace_context`, stored from
-the caller of ``start()``): later spans of the run continue that trace. An
-observer must never raise into the engine.
+the caller of ``start()``): later spans of the run continue that trace.
+``parent`` is a span of this process (an in-process step's turn): passing it
+spares the observer a round trip through a serialized carrier. An observer
+must never raise into the engine.
 """
 
 from __future__ import annotations
@@ -53,8 +55,16 @@ class Observer:
 
     enabled = False
 
-    def begin(self, name: str, attributes: Mapping[str, Any], *, trace: Mapping[str, str] | None = None) -> Span:
-        """Open a span named ``name`` with ``attributes``, continuing ``trace`` if given."""
+    def begin(
+        self,
+        name: str,
+        attributes: Mapping[str, Any],
+        *,
+        trace: Mapping[str, str] | None = None,
+        parent: Span | None = None,
+    ) -> Span:
+        """Open a span named ``name`` with ``attributes``: a child of ``parent`` (a span of this
+        process, e.g. the turn of an in-process step), else continuing ``trace`` if given."""
         return NOOP_SPAN
 
     def activate(self, span: Span) -> AbstractContextManager[None]:

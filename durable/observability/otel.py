@@ -46,6 +46,7 @@ from durable import _version
 from durable.engine import observe
 from durable.engine.observe import Observer, Span
 from durable.engine.vocab import TERMINAL
+from durable.observability.deferred import DeferredRecorder
 
 PREFIX = "durable."
 FINISHED = frozenset(str(status) for status in TERMINAL)
@@ -84,8 +85,12 @@ class OtelSpan(Span):
 
     def context(self) -> dict[str, str] | None:
         carrier: dict[str, str] = {}
-        propagate.inject(carrier, context=trace.set_span_in_context(self._span))
+        propagate.inject(carrier, context=self.otel_context())
         return carrier or None
+
+    def otel_context(self) -> otel_context.Context:
+        """An OpenTelemetry context whose current span is this one (no carrier round trip)."""
+        return trace.set_span_in_context(self._span)
 
 
 class OtelObserver(Observer):
@@ -107,10 +112,22 @@ class OtelObserver(Observer):
         self.lateness = meter.create_histogram("durable.timer.lateness", unit="s", description="Wake due to turn")
         self.sweep_duration = meter.create_histogram("durable.sweep.duration", unit="s", description="Sweep duration")
         self.sweep_items = meter.create_counter("durable.sweep.items", unit="{row}", description="Rows swept")
+        self.deferred = DeferredRecorder(meter)
 
-    def begin(self, name: str, attributes: Mapping[str, Any], *, trace: Mapping[str, str] | None = None) -> Span:
-        parent = propagate.extract(dict(trace)) if trace else None
-        span = self.tracer.start_span(name, context=parent, attributes=_attributes(attributes))
+    def begin(
+        self,
+        name: str,
+        attributes: Mapping[str, Any],
+        *,
+        trace: Mapping[str, str] | None = None,
+        parent: Span | None = None,
+    ) -> Span:
+        context: otel_context.Context | None = None
+        if isinstance(parent, OtelSpan):
+            context = parent.otel_context()
+        elif trace:
+            context = propagate.extract(dict(trace))
+        span = self.tracer.start_span(name, context=context, attributes=_attributes(attributes))
         return OtelSpan(self, name, span, dict(attributes))
 
     def activate(self, span: Span) -> AbstractContextManager[None]:
@@ -122,38 +139,39 @@ class OtelObserver(Observer):
         return carrier or None
 
     def sweep(self, kind: str, seconds: float, items: int) -> None:
-        self.sweep_duration.record(seconds, {"sweep": kind})
+        add = self.deferred.add
+        add(self.sweep_duration.record, seconds, {"sweep": kind})
         if items:
-            self.sweep_items.add(items, {"sweep": kind})
+            add(self.sweep_items.add, items, {"sweep": kind})
 
     def status(self, status: str, workflow: str) -> None:
         if status in FINISHED:
-            self.finished.add(1, {"workflow": workflow, "status": status})
+            self.deferred.add(self.finished.add, 1, {"workflow": workflow, "status": status})
 
     def measure(self, name: str, seconds: float, values: Mapping[str, Any]) -> None:
-        """What the end of a span measures (see the module docstring)."""
-        outcome = str(values.get("outcome"))
+        """What the end of a span measures (see the module docstring); recorded off the engine's thread."""
+        add, outcome = self.deferred.add, str(values.get("outcome"))
         if name == observe.TURN:
-            self.turn_duration.record(seconds, {"workflow": str(values.get("workflow")), "outcome": outcome})
+            add(self.turn_duration.record, seconds, {"workflow": str(values.get("workflow")), "outcome": outcome})
             if values.get("lateness") is not None:
-                self.lateness.record(float(values["lateness"]), {"workflow": str(values.get("workflow"))})
+                add(self.lateness.record, float(values["lateness"]), {"workflow": str(values.get("workflow"))})
         elif name == observe.STEP:
             labels = {"step": str(values.get("step")), "mode": str(values.get("mode")), "outcome": outcome}
-            self.step_duration.record(seconds, labels)
-            self.step_attempts.add(1, labels)
+            add(self.step_duration.record, seconds, labels)
+            add(self.step_attempts.add, 1, labels)
             if values.get("queue_wait") is not None:
-                self.queue_wait.record(float(values["queue_wait"]), {"queue": str(values.get("queue") or "durable")})
+                queue = {"queue": str(values.get("queue") or "durable")}
+                add(self.queue_wait.record, float(values["queue_wait"]), queue)
         elif name == observe.START and outcome == "started":
-            self.started.add(1, {"workflow": str(values.get("workflow"))})
+            add(self.started.add, 1, {"workflow": str(values.get("workflow"))})
 
 
 @contextmanager
 def _activated(span: Span) -> Iterator[None]:
-    carrier = span.context()
-    if not carrier:
+    if not isinstance(span, OtelSpan):
         yield
         return
-    token = otel_context.attach(propagate.extract(carrier))
+    token = otel_context.attach(span.otel_context())
     try:
         yield
     finally:

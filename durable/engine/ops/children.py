@@ -127,7 +127,7 @@ class ChildOps(StepOps, WaitOps):
         if engine.observer.enabled:
             # The child's start: a span of its parent's turn, so the child's spans join the parent's trace.
             attributes = {"run_id": child_id, "workflow": wf.name, "version": wf.version, "parent_id": self.run_id}
-            span = engine.observer.begin(observe.START, attributes, trace=port.span.context())
+            span = engine.observer.begin(observe.START, attributes, parent=port.span)
             fields["trace_context"] = span.context()
             span.end("started")
         port.create_run(fields)

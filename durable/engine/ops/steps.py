@@ -164,7 +164,7 @@ class StepOps(OpsBase):
             return NOOP_SPAN
         attributes = {"run_id": self.run_id, "workflow": self._port.run.workflow, "seq": seq, "step": name}
         attributes.update(attempt=attempt, queue=queue, mode=mode)
-        return self._engine.observer.begin(observe.STEP, attributes, trace=self._port.span.context())
+        return self._engine.observer.begin(observe.STEP, attributes, parent=self._port.span)
 
     def _dispatch_step(self, seq: int, sd: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Write the pending checkpoint of a dispatched step and announce it after commit."""
