@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from durable.api import (
         cancel,
         current_step,
+        fork,
         get_run,
         heartbeat,
         redispatch_pending,
@@ -109,6 +110,7 @@ __all__ = [
     "create_schedule",
     "current_step",
     "delete_schedule",
+    "fork",
     "get_event",
     "get_run",
     "get_schedule",
@@ -150,6 +152,7 @@ _LAZY = {
     "RunInfo": "durable.results",
     "cancel": "durable.api",
     "current_step": "durable.api",
+    "fork": "durable.api",
     "get_run": "durable.api",
     "heartbeat": "durable.api",
     "redispatch_pending": "durable.api",

@@ -122,3 +122,30 @@ def retry_with_input(run_id: str, input: Any) -> str:
     records the original in ``retry_of``. Returns the new run id.
     """
     return runtime.client().retry_with_input(run_id, input)
+
+
+def fork(run_id: str, /, from_seq: int, *, input: Any = None, **options: Any) -> str:
+    """Start a new run of ``run_id``'s workflow that keeps its history before position ``from_seq``.
+
+    Called as ``fork(run_id, from_seq, *, input=None, run_id=None)``: the
+    keyword ``run_id`` is the new run's id (default ``<run_id>~fork~<hex>``;
+    idempotent, like :func:`start`: forking again with the same new id and
+    position returns it). The new run is on the newest version of the
+    workflow, with the original's namespace, tags, search attributes and
+    priority; it replays the settled checkpoints before ``from_seq`` and
+    executes from there. ``input`` replaces the input (``None`` keeps the
+    original's): the positions before ``from_seq`` must still replay with it,
+    or the new run fails with :class:`~durable.NonDeterminismError`. It records
+    ``forked_from`` and ``forked_at_seq``; the original is not touched.
+
+    Only a finished run (completed, failed, cancelled, dead) can be forked
+    (:class:`~durable.InvalidRunState` otherwise). ``from_seq`` is a position
+    from 1 (keep nothing) to one past the last recorded one (keep everything);
+    anything else raises :class:`~durable.InvalidInput`. Nothing is written
+    when an argument is refused. The new run is created in one transaction
+    with its copied history, and dispatched once that transaction commits.
+    """
+    unknown = sorted(set(options) - {"run_id"})
+    if unknown:
+        raise TypeError(f"fork() got an unexpected keyword argument {unknown[0]!r}")
+    return runtime.client().fork(run_id, from_seq, input=input, new_run_id=options.get("run_id"))

@@ -87,6 +87,9 @@ class Run(models.Model):
     parent_id = models.CharField(max_length=255, null=True, blank=True)
     # Lineage: the failed run this one retries with corrected input.
     retry_of = models.CharField(max_length=255, null=True, blank=True)
+    # Lineage: durable.fork made this run from that one's history before position forked_at_seq.
+    forked_from = models.CharField(max_length=255, null=True, blank=True)
+    forked_at_seq = models.PositiveIntegerField(null=True, blank=True)
     # Continue-as-new: the run that carries on from this one.
     continued_to = models.CharField(max_length=255, null=True, blank=True)
     # Values published with ctx.set_event(key, value), read with durable.get_event.
@@ -142,6 +145,7 @@ class Run(models.Model):
             # insert and status change would also have to maintain)
             models.Index(fields=["parent_id"], name="durable_run_parent"),
             models.Index(fields=["retry_of"], name="durable_run_retry_of"),
+            models.Index(fields=["forked_from"], name="durable_run_forked_from"),
         ]
 
     def __str__(self) -> str:

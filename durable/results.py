@@ -26,6 +26,8 @@ class RunInfo:
     search_attributes: dict[str, Any] = field(default_factory=dict)
     parent_id: str | None = None
     retry_of: str | None = None
+    forked_from: str | None = None
+    forked_at_seq: int | None = None
     continued_to: str | None = None
     wake_at: datetime | None = None
     recovery_attempts: int = 0
@@ -53,6 +55,8 @@ class RunInfo:
             search_attributes=dict(rec.search_attributes or {}),
             parent_id=rec.parent_id,
             retry_of=rec.retry_of,
+            forked_from=rec.forked_from,
+            forked_at_seq=rec.forked_at_seq,
             continued_to=rec.continued_to,
             wake_at=rec.wake_at,
             recovery_attempts=rec.recovery_attempts,

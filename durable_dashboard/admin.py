@@ -37,6 +37,7 @@ from durable_dashboard.admin_filters import (
     NamespaceFilter,
     StaleFilter,
     StatusFilter,
+    SupersededFilter,
     TagFilter,
     UpdatedFilter,
     VersionFilter,
@@ -206,6 +207,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         VersionFilter,
         TagFilter,
         ErrorCodeFilter,
+        SupersededFilter,
         CreatedFilter,
         UpdatedFilter,
     )
@@ -312,6 +314,8 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         parent = visible.filter(id=run.parent_id).only(*LIST_FIELDS).first() if run.parent_id else None
         retry_of = visible.filter(id=run.retry_of).only(*LIST_FIELDS).first() if run.retry_of else None
         retries = list(visible.filter(retry_of=run.id).only(*LIST_FIELDS).order_by("created_at")[:50])
+        forked_from = visible.filter(id=run.forked_from).only(*LIST_FIELDS).first() if run.forked_from else None
+        forks = list(visible.filter(forked_from=run.id).only(*LIST_FIELDS, "forked_at_seq").order_by("created_at")[:50])
         continued_to_id = getattr(run, "continued_to", None)
         continued_to = visible.filter(id=continued_to_id).only(*LIST_FIELDS).first() if continued_to_id else None
         continued_from = (
@@ -344,6 +348,9 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
             "parent": parent,
             "retry_of": retry_of,
             "retries": retries,
+            "forked_from": forked_from,
+            "forks": forks,
+            "can_fork": run.status in TERMINAL and can(request.user, "fork"),
             "continued_to": continued_to,
             "continued_from": continued_from,
             **lifecycle_context(run, visible),

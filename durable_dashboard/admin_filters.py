@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.contrib.admin.options import IncorrectLookupParameters
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.dateparse import parse_date, parse_datetime
@@ -51,6 +51,26 @@ class StaleFilter(admin.SimpleListFilter):
         if self.value() not in STALE_KINDS:
             return queryset
         return queryset.filter(id__in=stale_runs(str(self.value())).values("id"))
+
+
+class SupersededFilter(admin.SimpleListFilter):
+    """Hide (or show only) the runs a retry with input or a fork has superseded (both lookups are indexed)."""
+
+    title = _("superseded")
+    parameter_name = "superseded"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, StrOrPromise]]:
+        return [("hide", _("Hide runs retried or forked")), ("only", _("Only runs retried or forked"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Run]) -> QuerySet[Run]:
+        superseded = Q(Exists(Run.objects.filter(retry_of=OuterRef("id")))) | Q(
+            Exists(Run.objects.filter(forked_from=OuterRef("id")))
+        )
+        if self.value() == "hide":
+            return queryset.exclude(superseded)
+        if self.value() == "only":
+            return queryset.filter(superseded)
+        return queryset
 
 
 class WorkflowFilter(admin.SimpleListFilter):

@@ -35,7 +35,9 @@ if TYPE_CHECKING:
     from durable_dashboard.admin import RunAdmin
 
 #: Single-run actions that ask "are you sure?" (with a reason) before they act.
-CONFIRMED = ("cancel", "cancel_compensate")
+CONFIRMED = ("cancel", "cancel_compensate", "fork")
+#: Actions offered on one row of a run's timeline (a position), never in bulk.
+ROW_ACTIONS = ("fork",)
 
 
 def _context(admin: RunAdmin, request: HttpRequest, title: Any, **extra: Any) -> dict[str, Any]:
@@ -63,7 +65,7 @@ def act_view(admin: RunAdmin, request: HttpRequest, object_id: str, action: str)
     """One action on one run: POST acts; GET shows the confirmation page of a destructive action."""
     from durable_dashboard.admin import ADMIN_ACTIONS, report
 
-    if action not in ADMIN_ACTIONS:
+    if action not in ADMIN_ACTIONS and action not in ROW_ACTIONS:
         raise Http404(_("Unknown action."))
     if request.method not in ("POST", "GET") or (request.method == "GET" and action not in CONFIRMED):
         return HttpResponseNotAllowed(["POST"])
@@ -72,7 +74,7 @@ def act_view(admin: RunAdmin, request: HttpRequest, object_id: str, action: str)
         raise PermissionDenied
     label = operations.LABELS[action]
     if request.method == "GET":
-        context = _context(admin, request, label, run=run, action=action, form=form_for(action)())
+        context = _context(admin, request, label, run=run, action=action, form=_confirm_form(action, run, request))
         return TemplateResponse(request, "durable_dashboard/admin/confirm.html", context)
     form = form_for(action)(request.POST)
     if not form.is_valid():
@@ -87,6 +89,13 @@ def act_view(admin: RunAdmin, request: HttpRequest, object_id: str, action: str)
         if new_id:
             return HttpResponseRedirect(_detail_url(new_id))
     return HttpResponseRedirect(_detail_url(run.id))
+
+
+def _confirm_form(action: str, run: Run, request: HttpRequest) -> Any:
+    """The confirmation page's form; a fork starts from the row's position and the run's input."""
+    if action != "fork":
+        return form_for(action)()
+    return form_for(action)(initial={"from_seq": request.GET.get("from_seq"), "input": run.input})
 
 
 def bulk(admin: RunAdmin, request: HttpRequest, queryset: QuerySet[Run], action: str) -> Any:
@@ -155,7 +164,19 @@ def download_view(admin: RunAdmin, request: HttpRequest, object_id: str) -> Http
 
 def run_document(run: Run) -> dict[str, Any]:
     """Everything an operator needs to look at a run elsewhere (or attach it to a ticket)."""
-    fields = ("id", "workflow", "version", "status", "namespace", "tags", "parent_id", "retry_of", "continued_to")
+    fields = (
+        "id",
+        "workflow",
+        "version",
+        "status",
+        "namespace",
+        "tags",
+        "parent_id",
+        "retry_of",
+        "forked_from",
+        "forked_at_seq",
+        "continued_to",
+    )
     times = ("created_at", "started_at", "finished_at", "updated_at", "wake_at")
     history_fields = ("seq", "name", "kind", "status", "attempts", "queue", "input", "output", "error")
     history_times = ("enqueued_at", "started_at", "finished_at")

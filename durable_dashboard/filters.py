@@ -116,6 +116,7 @@ class RunFilter(django_filters.FilterSet):  # type: ignore[misc]
     tag = django_filters.CharFilter(method="filter_tag", max_length=100, help_text="Runs carrying this tag.")
     parent_id = django_filters.CharFilter(max_length=255)
     retry_of = django_filters.CharFilter(max_length=255)
+    forked_from = django_filters.CharFilter(max_length=255)
     created_after = UtcDateTimeFilter(field_name="created_at", lookup_expr="gte")
     created_before = UtcDateTimeFilter(field_name="created_at", lookup_expr="lt")
     updated_after = UtcDateTimeFilter(field_name="updated_at", lookup_expr="gte")

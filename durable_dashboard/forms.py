@@ -47,7 +47,20 @@ class RetryForm(ReasonForm):
     field_order = ["input", "reason"]
 
 
-FORMS: dict[str, type[forms.Form]] = {"signal": SignalForm, "retry": RetryForm}
+class ForkForm(ReasonForm):
+    from_seq = forms.IntegerField(
+        label=_("From position"),
+        min_value=1,
+        help_text=_("The new run keeps the history before this position and executes from it."),
+    )
+    input = JSONText(
+        label=_("Input"),
+        help_text=_("The new run's input, as JSON; empty keeps the original's. The kept positions must still replay."),
+    )
+    field_order = ["from_seq", "input", "reason"]
+
+
+FORMS: dict[str, type[forms.Form]] = {"signal": SignalForm, "retry": RetryForm, "fork": ForkForm}
 
 
 def form_for(action: str) -> type[forms.Form]:

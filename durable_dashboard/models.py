@@ -25,6 +25,7 @@ ACTION_PERMISSIONS: dict[str, tuple[str, str]] = {
     "cancel": ("cancel_run", "Can cancel runs"),
     "cancel_compensate": ("cancel_compensate_run", "Can cancel runs with compensation (undo)"),
     "retry": ("retry_run", "Can retry runs with edited input"),
+    "fork": ("fork_run", "Can rerun finished runs from a chosen position (fork)"),
     "signal": ("signal_run", "Can send signals to runs"),
     "update": ("update_run", "Can send updates to runs"),
     "republish": ("republish_run", "Can republish lifecycle events"),

@@ -98,6 +98,11 @@ def _retry(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
     return f"retried as {new_id}", {"new_run_id": new_id}
 
 
+def _fork(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
+    new_id = durable.fork(run_id, params["from_seq"], input=params.get("input"))
+    return f"rerun from position {params['from_seq']} as {new_id}", {"new_run_id": new_id}
+
+
 def _signal(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
     durable.signal(run_id, params["name"], params.get("payload"))
     return f"signal {params['name']!r} sent", None
@@ -124,6 +129,7 @@ RUN_ACTIONS: dict[str, Callable[[str, dict[str, Any]], tuple[str, Any]]] = {
     "cancel": _cancel,
     "cancel_compensate": _cancel_compensate,
     "retry": _retry,
+    "fork": _fork,
     "signal": _signal,
     "update": _update,
     "republish": _republish,
@@ -136,6 +142,7 @@ LABELS = {
     "cancel": _("Cancel"),
     "cancel_compensate": _("Cancel with undo (compensate)"),
     "retry": _("Retry with edited input"),
+    "fork": _("Rerun from here"),
     "signal": _("Send signal"),
     "update": _("Send update"),
     "republish": _("Republish lifecycle events"),

@@ -69,6 +69,8 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "priority",
             "parent_id",
             "retry_of",
+            "forked_from",
+            "forked_at_seq",
             "wake_at",
             "recovery_attempts",
             "created_at",
@@ -224,6 +226,14 @@ class RetrySerializer(serializers.Serializer[Any]):
     """``POST runs/{id}/retry-with-input/``: the corrected input of the new run."""
 
     input = AnyJSONField()
+
+
+class ForkSerializer(serializers.Serializer[Any]):
+    """``POST runs/{id}/fork/``: the position to rerun from, and optionally a new input."""
+
+    from_seq = StrictIntegerField(min_value=1, max_value=2**31 - 1)
+    input = AnyJSONField(help_text="The new run's input; absent or null keeps the original's.")
+    reason = StrictCharField(max_length=1000, required=False, allow_blank=True)
 
 
 class UpdateSerializer(serializers.Serializer[Any]):

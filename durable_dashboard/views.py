@@ -106,7 +106,7 @@ class RunViewSet(JSONEndpoint, viewsets.GenericViewSet[Run]):
         name = self.action
         if name == "create":
             return "start"
-        if name in ("signal", "requeue", "redispatch", "republish"):
+        if name in ("signal", "requeue", "redispatch", "republish", "fork"):
             return name
         if name == "send_update":
             return "update"
@@ -247,6 +247,17 @@ class RunViewSet(JSONEndpoint, viewsets.GenericViewSet[Run]):
     @action(detail=True, methods=["post"], url_path="retry-with-input")
     def retry_with_input(self, request: Request, pk: str) -> Response:
         return self._act(request, "retry", self._valid(s.RetrySerializer, request.data))
+
+    @documented(
+        summary="Rerun a finished run from a position (fork): a new run keeps the history before it",
+        request=s.ForkSerializer,
+        responses={200: s.OutcomeSerializer, **ACTION_ERRORS},
+    )
+    @action(detail=True, methods=["post"])
+    def fork(self, request: Request, pk: str) -> Response:
+        params = self._valid(s.ForkSerializer, request.data)
+        reason = params.pop("reason", "")
+        return self._act(request, "fork", params, reason=reason)
 
     @documented(
         summary="Send a validated update to a run",

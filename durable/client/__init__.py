@@ -19,6 +19,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from durable.client.authoring import AuthoringMixin
 from durable.client.base import after_commit
 from durable.client.messages import MessagesMixin
 from durable.client.repairs import RepairsMixin
@@ -34,7 +35,7 @@ from durable.run_filters import check_filters, check_statuses, decode_cursor, en
 from durable.validation import check_id, check_name, check_priority, check_tags
 
 
-class Client(MessagesMixin, RepairsMixin):
+class Client(MessagesMixin, RepairsMixin, AuthoringMixin):
     """Operations on runs through ``Client(engine)``. Thread-safe: it holds no state of its own."""
 
     # -- starting and reading runs ------------------------------------------------------

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from durable.client.base import ClientBase
 from durable.engine import lifecycle
-from durable.engine.new_runs import clean_input, run_fields
+from durable.engine.new_runs import clean_input, successor_fields
 from durable.engine.vocab import RunStatus
 from durable.exceptions import InvalidInput, InvalidRunState, RunNotFound, WorkflowNotFound
 from durable.validation import check_aware, check_id, check_limit, check_name
@@ -72,17 +72,8 @@ class RepairsMixin(ClientBase):
         value = clean_input(wf, input, engine.settings.max_payload_bytes)
         new_id = f"{run_id[:230]}~retry~{uuid.uuid4().hex[:12]}"
         self._create(
-            run_fields(
-                wf,
-                new_id,
-                value,
-                now=engine.clock.now(),
-                namespace=origin.namespace,
-                tags=list(origin.tags),
-                search_attributes=dict(origin.search_attributes),
-                priority=origin.priority,
-                parent_id=origin.parent_id,
-                retry_of=origin.id,
+            successor_fields(
+                wf, new_id, value, origin, now=engine.clock.now(), parent_id=origin.parent_id, retry_of=origin.id
             )
         )
         return new_id

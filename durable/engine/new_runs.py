@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
+from durable.engine.ports import RunRecord
 from durable.engine.registry import WorkflowDef
 from durable.engine.serialization import to_json
 from durable.engine.vocab import RunStatus
@@ -57,3 +58,23 @@ def run_fields(
         "deadline_at": now + timedelta(seconds=wf.timeout) if wf.timeout else None,
         **extra,
     }
+
+
+def successor_fields(
+    wf: WorkflowDef, run_id: str, value: Any, origin: RunRecord, *, now: datetime, **extra: Any
+) -> dict[str, Any]:
+    """The columns of a new run that carries on from ``origin`` (continue-as-new, retry, fork).
+
+    It keeps the origin's namespace, tags, search attributes and priority; ``extra`` adds its lineage.
+    """
+    return run_fields(
+        wf,
+        run_id,
+        value,
+        now=now,
+        namespace=origin.namespace,
+        tags=list(origin.tags),
+        search_attributes=dict(origin.search_attributes),
+        priority=origin.priority,
+        **extra,
+    )

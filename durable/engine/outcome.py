@@ -14,7 +14,7 @@ from typing import Any
 
 from durable.engine.context import WorkflowContext
 from durable.engine.history import IN_FLIGHT, cancelled_error
-from durable.engine.new_runs import clean_input, run_fields
+from durable.engine.new_runs import clean_input, successor_fields
 from durable.engine.ports import Outcome
 from durable.engine.serialization import error_record, to_json
 from durable.engine.turn_state import Turn
@@ -41,6 +41,20 @@ def _failure(exc: BaseException) -> dict[str, Any]:
     if isinstance(exc, NonDeterminismError):
         return error_record(exc, code="non_determinism", retryable=False)
     return error_record(exc)
+
+
+def _nondeterminism(turn: Turn, exc: NonDeterminismError) -> dict[str, Any]:
+    """The run's error for ``exc``; a fork's says that its copied history is what no longer replays."""
+    error = _failure(exc)
+    run = turn.run
+    if run.forked_from:
+        error["message"] += (
+            f" This run is a fork of {run.forked_from!r} at position {run.forked_at_seq}: the positions before "
+            "it replay the original's history, so with this input (and this code) the workflow must take the "
+            "same operations up to there."
+        )
+        error["forked_from"] = {"run_id": run.forked_from, "seq": run.forked_at_seq}
+    return error
 
 
 def execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
@@ -81,7 +95,7 @@ def _failed(turn: Turn, ctx: WorkflowContext, exc: Exception) -> Outcome:
     turn.check_lease()
     history = turn.history
     if history.nondeterminism is not None:
-        return Outcome(RunStatus.FAILED, error=_failure(history.nondeterminism))
+        return Outcome(RunStatus.FAILED, error=_nondeterminism(turn, history.nondeterminism))
     if history.cancelling:
         # Replaying a run being cancelled: the cancelled operation raised here.
         return _cancel(turn, ctx)
@@ -126,16 +140,6 @@ def _continue_as_new(turn: Turn, value: Any) -> Outcome:
         cleaned = clean_input(wf, value, engine.settings.max_payload_bytes)
     except DurableError as exc:
         return Outcome(RunStatus.FAILED, error=error_record(exc, code="continue_as_new_failed", retryable=False))
-    fields = run_fields(
-        wf,
-        next_id,
-        cleaned,
-        now=engine.clock.now(),
-        namespace=run.namespace,
-        tags=list(run.tags),
-        search_attributes=dict(run.search_attributes),
-        priority=run.priority,
-        parent_id=run.parent_id,
-    )
+    fields = successor_fields(wf, next_id, cleaned, run, now=engine.clock.now(), parent_id=run.parent_id)
     turn.after_commit(lambda: engine.transport.dispatch_turn(next_id))
     return Outcome(RunStatus.COMPLETED, output={"continued_as": next_id}, next_run=fields)

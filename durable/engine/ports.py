@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from durable.engine.plan_fork import ForkPlan
     from durable.schedules.plan import ScheduleApplied, SchedulePlan, ScheduleRecord
 
 from durable.engine.vocab import CheckpointStatus
@@ -53,6 +54,9 @@ class RunRecord:
     finished_at: datetime | None
     # The W3C trace context of the caller of start() (observability; None when not traced).
     trace_context: dict[str, str] | None = None
+    # durable.fork: the run whose history before position ``forked_at_seq`` this one kept.
+    forked_from: str | None = None
+    forked_at_seq: int | None = None
 
 
 @dataclass
@@ -242,6 +246,7 @@ class Store(Protocol):
     def signal(self, run_id: str, name: str, payload: Any, now: datetime) -> bool: ...
     def cancel(self, run_id: str, now: datetime, compensate: bool = False) -> CancelResult: ...
     def requeue(self, run_id: str, now: datetime, deadline_at: datetime | None) -> list[str]: ...
+    def fork_run(self, plan: ForkPlan) -> bool: ...
     def pending_steps(self, run_id: str, now: datetime, new_wake: datetime) -> list[tuple[int, str | None]]: ...
     def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None: ...
     def load_checkpoints(self, run_id: str) -> dict[int, CheckpointRecord]: ...

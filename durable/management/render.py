@@ -83,6 +83,7 @@ def run_text(run: RunInfo, history: list[CheckpointRecord]) -> str:
         ("tags", ", ".join(run.tags)),
         ("parent", run.parent_id or ""),
         ("retry of", run.retry_of or ""),
+        ("forked from", f"{run.forked_from} at #{run.forked_at_seq}" if run.forked_from else ""),
         ("continued to", run.continued_to or ""),
         ("created", format_time(run.created_at)),
         ("started", format_time(run.started_at)),

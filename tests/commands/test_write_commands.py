@@ -166,3 +166,25 @@ def test_run_says_why_it_wakes(make_run, run_cmd):
     sleeping = run_cmd("durable_run", make_run("sleeping")).out
     wake = next(line for line in sleeping.splitlines() if line.startswith("next wake"))
     assert "(timer #1" in wake
+
+
+def test_fork_starts_a_new_run_from_a_position(make_run, run_cmd):
+    run_id = make_run("failed", run_id="f-4")
+    result = run_cmd("durable_fork", run_id, "--from-seq", "1", "--input", '{"ok": true}', "--reason", "fixed")
+    assert result.code == 0, result.error
+    new = Run.objects.get(id=result.out.strip())
+    assert (new.forked_from, new.forked_at_seq, new.input) == ("f-4", 1, {"ok": True})
+    assert (_last_audit().action, _last_audit().reason) == ("fork", "fixed")
+    kept = run_cmd("durable_fork", run_id, "--from-seq", "2")
+    assert kept.code == 0 and Run.objects.get(id=kept.out.strip()).input == {"n": 1}
+
+
+def test_fork_refusals(make_run, run_cmd):
+    failed = make_run("failed", run_id="f-5")
+    count = Run.objects.count()
+    assert run_cmd("durable_fork", "nope", "--from-seq", "1").code == 1
+    assert run_cmd("durable_fork", make_run("waiting"), "--from-seq", "1").code == 1
+    far = run_cmd("durable_fork", failed, "--from-seq", "9")
+    assert (far.code, "from_seq must be between 1 and 2" in far.error, "Traceback" in far.error) == (2, True, False)
+    assert run_cmd("durable_fork", failed).code == 2
+    assert Run.objects.count() == count + 1  # only the waiting run made above

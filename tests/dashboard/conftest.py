@@ -54,6 +54,17 @@ def make_user(db) -> Callable[..., User]:
 
 
 @pytest.fixture
+def staff_client(client):
+    """The test client logged in as the user given."""
+
+    def login(user):
+        client.force_login(user)
+        return client
+
+    return login
+
+
+@pytest.fixture
 def viewer(make_user) -> User:
     return make_user("viewer")
 

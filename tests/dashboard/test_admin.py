@@ -28,15 +28,6 @@ def act(run_id: str, action: str) -> str:
     return reverse("admin:durable_run_act", args=[quote(run_id), action])
 
 
-@pytest.fixture
-def staff_client(client):
-    def login(user):
-        client.force_login(user)
-        return client
-
-    return login
-
-
 # -- list ----------------------------------------------------------------------------------
 
 

@@ -22,6 +22,7 @@ RUN_ACTIONS = {
     "requeue": ("post", "requeue/", {}, "requeue"),
     "redispatch": ("post", "redispatch/", {}, "redispatch"),
     "retry": ("post", "retry-with-input/", {"input": {"ok": True}}, "retry"),
+    "fork": ("post", "fork/", {"from_seq": 1}, "fork"),
     "update": ("post", "update/approve/", {"arg": 1}, "update"),
     "republish": ("post", "republish/", {}, "republish"),
 }
@@ -553,6 +554,7 @@ def test_schema_and_docs(api, viewer, client):
         "/api/durable/runs/{id}/requeue/",
         "/api/durable/runs/{id}/redispatch/",
         "/api/durable/runs/{id}/retry-with-input/",
+        "/api/durable/runs/{id}/fork/",
         "/api/durable/runs/{id}/update/{update_name}/",
         "/api/durable/runs/{id}/events/{key}/",
         "/api/durable/runs/{id}/republish/",

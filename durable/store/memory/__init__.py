@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from durable.store.memory.authoring import AuthoringPart
 from durable.store.memory.events import EventsPart
 from durable.store.memory.listing import ListingPart
 from durable.store.memory.runs import RunsPart
@@ -26,7 +27,7 @@ from durable.store.memory.tables import IntegrityError, Tables
 from durable.store.memory.turns import TurnsPart
 
 
-class MemoryStore(SchedulesPart, RunsPart, TurnsPart, StepsPart, EventsPart, SweepsPart, ListingPart):
+class MemoryStore(AuthoringPart, SchedulesPart, RunsPart, TurnsPart, StepsPart, EventsPart, SweepsPart, ListingPart):
     """:class:`durable.engine.ports.Store` in memory (see the module docstring)."""
 
 

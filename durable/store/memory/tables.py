@@ -67,6 +67,8 @@ def _defaults(now: datetime) -> Row:
         "priority": 0,
         "parent_id": None,
         "retry_of": None,
+        "forked_from": None,
+        "forked_at_seq": None,
         "continued_to": None,
         "query_values": {},
         "patches": [],

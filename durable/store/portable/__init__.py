@@ -9,6 +9,7 @@ plans as single statements.
 
 from __future__ import annotations
 
+from durable.store.portable.authoring_rows import AuthoringRows
 from durable.store.portable.commits import CommitRows
 from durable.store.portable.due_work import DueWork
 from durable.store.portable.event_rows import EventRows
@@ -20,7 +21,18 @@ from durable.store.portable.schedule_rows import ScheduleRows
 from durable.store.portable.step_rows import StepRows
 
 
-class PortableStore(ScheduleRows, RunRows, RunReads, HistoryRows, CommitRows, StepRows, EventRows, DueWork, FleetRows):
+class PortableStore(
+    AuthoringRows,
+    ScheduleRows,
+    RunRows,
+    RunReads,
+    HistoryRows,
+    CommitRows,
+    StepRows,
+    EventRows,
+    DueWork,
+    FleetRows,
+):
     """:class:`durable.engine.ports.Store` on the Django ORM; see :mod:`durable.store`."""
 
 

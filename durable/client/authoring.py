@@ -1,0 +1,45 @@
+"""Authoring operations on runs: fork a finished run from a chosen position."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from durable.client.base import ClientBase, after_commit
+from durable.engine.new_runs import clean_input, successor_fields
+from durable.engine.plan_fork import check_from_seq, plan_fork
+from durable.engine.vocab import TERMINAL
+from durable.exceptions import InvalidInput, InvalidRunState, RunNotFound
+from durable.validation import check_id
+
+
+class AuthoringMixin(ClientBase):
+    """Operations that make new runs out of recorded history."""
+
+    def fork(self, run_id: str, from_seq: int, *, input: Any = None, new_run_id: str | None = None) -> str:
+        """Start a new run from ``run_id``'s history before ``from_seq`` (see :func:`durable.fork`)."""
+        check_id(run_id)
+        new_id = check_id(new_run_id) if new_run_id is not None else f"{run_id[:230]}~fork~{uuid.uuid4().hex[:12]}"
+        engine = self.engine
+        origin = engine.store.get_run(run_id)
+        if origin is None:
+            raise RunNotFound(f"no run with id {run_id!r}")
+        if origin.status not in TERMINAL:
+            raise InvalidRunState(
+                f"run {run_id!r} is {origin.status}; only a finished run (completed, failed, cancelled or dead) "
+                "can be forked: wait for it, or cancel it first"
+            )
+        check_from_seq(from_seq, engine.store.load_checkpoints(run_id))
+        wf = engine.registry.get_workflow(origin.workflow)
+        value = origin.input if input is None else clean_input(wf, input, engine.settings.max_payload_bytes)
+        fields = successor_fields(wf, new_id, value, origin, now=engine.clock.now())
+        with engine.store.atomic():
+            created = engine.store.fork_run(plan_fork(origin, from_seq, fields))
+            if created:
+                after_commit(lambda: engine.transport.dispatch_turn(new_id))
+        if not created:
+            existing = engine.store.get_run(new_id)
+            same = existing is not None and (existing.forked_from, existing.forked_at_seq) == (run_id, from_seq)
+            if not same:
+                raise InvalidInput(f"run id {new_id!r} is already taken by another run")
+        return new_id
