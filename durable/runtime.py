@@ -20,11 +20,13 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from durable.engine.clock import Clock, SystemClock
 from durable.engine.core import Engine, Fleet, make_owner_id
+from durable.engine.faults import NO_FAULTS, StepFaults
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
 from durable.engine.observe import Observer
@@ -56,6 +58,20 @@ _embedded_lock = threading.Lock()
 _advertiser: Advertiser | None = None
 # The OpenTelemetry observer (``OPENTELEMETRY``): one per process, so its instruments are made once.
 _otel: Observer | None = None
+
+
+class _ForwardingFaults(StepFaults):
+    """The step faults engines get: runs whichever are installed (see :func:`install_faults`)."""
+
+    def __init__(self) -> None:
+        self.target: StepFaults = NO_FAULTS
+
+    def run(self, name: str, body: Callable[[], Any]) -> Any:
+        return self.target.run(name, body)
+
+
+# Step faults a test installed (durable.testing.inject_failure / inject_crash); read at every step.
+_faults = _ForwardingFaults()
 
 #: The registry ``@durable.workflow`` and ``@durable.step`` register into; the engine reads it.
 registry = Registry()
@@ -106,6 +122,16 @@ def install_clock(clock: Clock) -> Clock:
     """
     global _clock
     previous, _clock = _clock, clock
+    return previous
+
+
+def install_faults(faults: StepFaults) -> StepFaults:
+    """Make ``faults`` run around every step body in this process; return the previous ones.
+
+    Engines hold a forwarder to the installed faults, so an install takes
+    effect at once without rebuilding anything (as :func:`install_clock`).
+    """
+    previous, _faults.target = _faults.target, faults
     return previous
 
 
@@ -216,6 +242,7 @@ def _build_engine(current: conf.DurableSettings) -> Engine:
         eager_routes=_eager_routes,
         listeners=listeners,
         observer=_observer(current),
+        faults=_faults,
     )
     if old is not None:
         old.transport.shutdown()

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from durable.engine import execution, logs, turn
 from durable.engine.clock import Clock
+from durable.engine.faults import NO_FAULTS, StepFaults
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
 from durable.engine.observe import Observer
@@ -89,6 +90,7 @@ class Engine:
         eager_routes: frozenset[str | None] = frozenset(),
         listeners: Listeners | None = None,
         observer: Observer | None = None,
+        faults: StepFaults | None = None,
     ) -> None:
         self.store = store
         self.transport = transport
@@ -101,6 +103,7 @@ class Engine:
         self.eager_routes = eager_routes
         self.listeners = listeners if listeners is not None else Listeners()
         self.observer = observer if observer is not None else Observer()
+        self.faults = faults if faults is not None else NO_FAULTS
         self.stats = EngineStats()
 
     def run_turn(

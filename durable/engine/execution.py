@@ -68,7 +68,8 @@ def execute_step(
     span = _begin(engine, claim, now, trace)
     try:
         with running(StepInfo(run_id, seq, claim.name, claim.attempt)):
-            output = to_json(sd.fn(*args.get("args", []), **args.get("kwargs", {})), f"result of step {sd.name!r}")
+            body = lambda: sd.fn(*args.get("args", []), **args.get("kwargs", {}))  # noqa: E731
+            output = to_json(engine.faults.run(sd.name, body), f"result of step {sd.name!r}")
     except Exception as exc:  # noqa: BLE001 - any user error is a step failure
         span.fail(exc)
         err = error_record(exc)

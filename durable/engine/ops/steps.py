@@ -103,7 +103,7 @@ class StepOps(OpsBase):
         create = cp is None
         span = self._step_span(seq, name, attempt, None, observe.LOCAL)
         try:
-            value = to_json(call(), f"local_step {name!r} result")
+            value = to_json(self._engine.faults.run(name, call), f"local_step {name!r} result")
         except Exception as exc:
             span.fail(exc)
             span.end(StepResult.FAILED)
@@ -237,7 +237,8 @@ class StepOps(OpsBase):
         span = self._step_span(seq, sd.name, 1, sd.route, observe.EAGER)
         try:
             with running(StepInfo(run_id, seq, sd.name, 1)):
-                output = to_json(sd.fn(*args, **kwargs), f"result of step {sd.name!r}")
+                value = engine.faults.run(sd.name, lambda: sd.fn(*args, **kwargs))
+                output = to_json(value, f"result of step {sd.name!r}")
         except Exception as exc:
             err = error_record(exc)
             delay = retry_delay(sd, err, 1)

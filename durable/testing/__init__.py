@@ -24,16 +24,27 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from durable import runtime
 from durable.api import RunInfo, get_run
 from durable.engine.clock import FakeClock
+from durable.engine.core import Engine
 from durable.exceptions import InvalidInput
 from durable.runtime import get_engine
+from durable.testing.faults import Injection, SimulatedCrash, inject_crash, inject_failure
 from durable.worker.tick import tick
 
-__all__ = ["FakeClock", "drive", "fake_clock", "run_until_settled"]
+__all__ = [
+    "FakeClock",
+    "Injection",
+    "SimulatedCrash",
+    "drive",
+    "fake_clock",
+    "inject_crash",
+    "inject_failure",
+    "run_until_settled",
+]
 
 
 @contextmanager
@@ -48,8 +59,22 @@ def fake_clock(start: datetime | None = None) -> Iterator[FakeClock]:
 
 
 def drive() -> dict[str, int]:
-    """Run one pass of every sweep in this thread; returns what each did."""
-    return tick(get_engine(), execute=True)
+    """Run one pass of every sweep in this thread; returns what each did.
+
+    An injected crash (:func:`inject_crash`) ends the pass as this process's
+    death: the leases it held lapse at once (``{"crashed": 1}``), and the next
+    pass recovers what they covered.
+    """
+    return _pass(get_engine())
+
+
+def _pass(engine: Engine) -> dict[str, int]:
+    try:
+        return tick(engine, execute=True)
+    except SimulatedCrash:
+        # A dead worker's leases lapse after their term; a test need not wait for it.
+        engine.store.expire_leases(engine.owner, runtime.now() - timedelta(microseconds=1))
+        return {"crashed": 1}
 
 
 def run_until_settled(run_id: str, timeout: float = 10.0) -> RunInfo:
@@ -64,7 +89,7 @@ def run_until_settled(run_id: str, timeout: float = 10.0) -> RunInfo:
     deadline = time.monotonic() + timeout
     engine = get_engine()
     while True:
-        counts = tick(engine, execute=True)
+        counts = _pass(engine)
         run = get_run(run_id, follow=True)
         remaining = deadline - time.monotonic()
         if run.is_terminal or remaining <= 0:
