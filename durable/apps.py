@@ -8,7 +8,7 @@ import sys
 from django.apps import AppConfig
 from django.core import checks
 
-from durable.checks import check_recovery, check_settings, check_sweep_queue
+from durable.checks import check_recovery, check_retention_archive, check_settings, check_sweep_queue
 
 
 class DurableConfig(AppConfig):
@@ -32,6 +32,7 @@ class DurableConfig(AppConfig):
         checks.register(check_recovery, "durable")
         checks.register(check_sqlite, "durable")
         checks.register(check_sweep_queue, "durable")
+        checks.register(check_retention_archive, "durable")
         if _is_dev_server():
             from durable.worker import start_embedded
 

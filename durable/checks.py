@@ -4,6 +4,8 @@
 ``durable.W001``: a setting turns a lost message into a stuck run (``STEP_LEASE=None``).
 ``durable.W020``: with Celery, the sweeps are sent to a queue that work goes to too, so they
 would wait behind its backlog (and recovery with them).
+``durable.E030``: ``RETENTION_ARCHIVE`` names nothing callable, so every retention batch would
+fail its archive and nothing would ever be deleted.
 """
 
 from __future__ import annotations
@@ -85,5 +87,37 @@ def check_recovery(app_configs: object = None, **kwargs: object) -> list[checks.
             "(a broker restart or flush) leaves its run waiting until someone redispatches it.",
             hint="Remove STEP_LEASE (default 60s) or set it to how long a step may wait in its queue.",
             id="durable.W001",
+        )
+    ]
+
+
+def check_retention_archive(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
+    """``durable.E030`` when ``RETENTION_ARCHIVE`` cannot be imported or is not callable.
+
+    Retention deletes nothing whose archive failed, so a wrong path would keep
+    every run forever while logging an error each pass.
+    """
+    from django.conf import settings
+    from django.utils.module_loading import import_string
+
+    from durable import conf
+
+    values, found = conf.problems(getattr(settings, "DURABLE", None))
+    path = values.get("RETENTION_ARCHIVE")
+    if found or not path:
+        return []
+    try:
+        target = import_string(path)
+    except ImportError as exc:
+        problem = f"cannot be imported ({exc})"
+    else:
+        if callable(target):
+            return []
+        problem = f"is a {type(target).__name__}, not a callable"
+    return [
+        checks.Error(
+            f"settings.DURABLE['RETENTION_ARCHIVE'] {path!r} {problem}: retention would archive and delete nothing",
+            hint="Give the dotted path of a function archive(runs) taking a list of runs as JSON, or remove it.",
+            id="durable.E030",
         )
     ]

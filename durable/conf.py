@@ -65,16 +65,29 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           past its wake, by more than this is stale.
 ``OPENTELEMETRY``         False. Record traces and metrics through the
                           OpenTelemetry API (extra ``otel``).
+``RETENTION``             ``{"completed": "30d", "cancelled": "30d", "failed":
+                          "90d", "dead": None}``. How long finished runs are
+                          kept, per status (None: forever); the statuses given
+                          replace these, the others keep them. ``None`` keeps
+                          every run forever. A workflow's ``retention={...}``
+                          overrides it for its runs.
+``RETENTION_ARCHIVE``     None. Dotted path of ``archive(runs)``, called with
+                          each batch (JSON) before it is deleted; raising
+                          keeps the batch.
+``RETENTION_BATCH``       500. Runs deleted per transaction (with their rows).
+``RETENTION_INTERVAL``    10m. How often a sweeper looks for expired runs (at
+                          once again while it finds full batches).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from durable.engine import retention
 from durable.engine.durations import to_seconds
 from durable.exceptions import InvalidInput
 
@@ -107,6 +120,10 @@ DEFAULTS: dict[str, Any] = {
     "HEALTH_MAX_TIMER_LATENESS": 60.0,
     "HEALTH_STALE_AFTER": 300.0,
     "OPENTELEMETRY": False,
+    "RETENTION": {"completed": "30d", "cancelled": "30d", "failed": "90d", "dead": None},
+    "RETENTION_ARCHIVE": None,
+    "RETENTION_BATCH": 500,
+    "RETENTION_INTERVAL": 600.0,
 }
 
 _DURATIONS = (
@@ -120,8 +137,16 @@ _DURATIONS = (
     "HEALTH_MAX_STEP_WAIT",
     "HEALTH_MAX_TIMER_LATENESS",
     "HEALTH_STALE_AFTER",
+    "RETENTION_INTERVAL",
 )
-_INTS = ("MAX_RECOVERY_ATTEMPTS", "WORKER_THREADS", "STEP_REDISPATCH_MAX", "MAX_PAYLOAD_BYTES", "SWEEP_BATCH")
+_INTS = (
+    "MAX_RECOVERY_ATTEMPTS",
+    "WORKER_THREADS",
+    "STEP_REDISPATCH_MAX",
+    "MAX_PAYLOAD_BYTES",
+    "SWEEP_BATCH",
+    "RETENTION_BATCH",
+)
 # Options that may be None (off).
 _OPTIONAL = ("STEP_LEASE", "STEP_REDISPATCH_MAX")
 
@@ -152,6 +177,10 @@ class DurableSettings:
     health_max_timer_lateness: float = 60.0
     health_stale_after: float = 300.0
     opentelemetry: bool = False
+    retention: dict[str, float | None] = field(default_factory=lambda: dict(retention.DEFAULT_AGES))
+    retention_archive: str | None = None
+    retention_batch: int = 500
+    retention_interval: float = 600.0
 
 
 def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
@@ -190,7 +219,28 @@ def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
     for key in ("DEFAULT_NAMESPACE", "SWEEP_QUEUE"):
         if not isinstance(values[key], str) or not values[key]:
             found.append(f"settings.DURABLE[{key!r}] must be a non-empty string")
+    _retention(values, found)
     return values, found
+
+
+def _retention(values: dict[str, Any], found: list[str]) -> None:
+    """Parse ``RETENTION`` (merged onto the default ages; None: keep everything) and ``RETENTION_ARCHIVE``."""
+    raw = values["RETENTION"]
+    if raw is None:
+        values["RETENTION"] = {str(status): None for status in retention.DEFAULT_AGES}
+    else:
+        try:
+            values["RETENTION"] = retention.merged(
+                retention.DEFAULT_AGES, retention.parse_ages(raw, "settings.DURABLE['RETENTION']")
+            )
+        except InvalidInput as exc:
+            found.append(str(exc))
+    archive = values["RETENTION_ARCHIVE"]
+    if archive is not None and (not isinstance(archive, str) or "." not in archive):
+        found.append(
+            "settings.DURABLE['RETENTION_ARCHIVE'] must be the dotted path of a callable "
+            f"('myapp.archive.write_runs') or None, got {archive!r}"
+        )
 
 
 def parse(raw: Any) -> DurableSettings:
@@ -224,6 +274,10 @@ def parse(raw: Any) -> DurableSettings:
         health_max_timer_lateness=values["HEALTH_MAX_TIMER_LATENESS"],
         health_stale_after=values["HEALTH_STALE_AFTER"],
         opentelemetry=bool(values["OPENTELEMETRY"]),
+        retention=values["RETENTION"],
+        retention_archive=values["RETENTION_ARCHIVE"],
+        retention_batch=values["RETENTION_BATCH"],
+        retention_interval=values["RETENTION_INTERVAL"],
     )
 
 

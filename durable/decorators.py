@@ -20,10 +20,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from durable import runtime
+from durable.engine import retention as retention_policy
 from durable.engine.durations import Duration, to_seconds
 from durable.engine.registry import StepDef, WorkflowDef, qualname
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
-from durable.exceptions import ConfigurationError
+from durable.exceptions import ConfigurationError, InvalidInput
 from durable.schedules.spec import Schedule
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -58,6 +59,16 @@ def _opt_seconds(value: Duration | None, what: str) -> float | None:
     if seconds <= 0:
         raise ConfigurationError(f"{what} must be positive")
     return seconds
+
+
+def _retention(value: Any, name: str) -> dict[str, float | None] | None:
+    """A workflow's ``retention=`` as ages in seconds per status, refused with a clear message when malformed."""
+    if value is None:
+        return None
+    try:
+        return retention_policy.parse_ages(value, f"workflow {name!r} retention")
+    except InvalidInput as exc:
+        raise ConfigurationError(str(exc)) from None
 
 
 def _check_workflow_options(
@@ -136,6 +147,7 @@ def workflow(
     batch: tuple[int, Duration] | None = None,
     schedule: Any = None,
     schedules: list[Any] | tuple[Any, ...] = (),
+    retention: dict[str, Duration | None] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -156,6 +168,7 @@ def workflow(
     batch: tuple[int, Duration] | None = None,
     schedule: Any = None,
     schedules: list[Any] | tuple[Any, ...] = (),
+    retention: dict[str, Duration | None] | None = None,
 ) -> Any:
     """Register a workflow function ``fn(ctx, input)`` (or ``fn(ctx)``).
 
@@ -173,6 +186,9 @@ def workflow(
     ``schedule=durable.Schedule(...)`` starts it on a schedule keyed by the
     workflow's name (``schedules=[...]``: several, keyed ``name:0``, ``name:1``...),
     synced to the database when a worker or sweep starts.
+    ``retention={"completed": "7d", "failed": None}`` overrides
+    ``DURABLE["RETENTION"]`` for this workflow's runs, status by status (None:
+    keep forever; the newest registered version's value holds for all versions).
     The function is returned unchanged.
     """
 
@@ -192,6 +208,7 @@ def workflow(
             event_input=input,
             debounce=_opt_seconds(debounce, "debounce"),
             batch=batch_spec,
+            retention=_retention(retention, name or func.__name__),
         )
         runtime.registry.add_workflow(wf)
         runtime.registry.set_schedules(wf.name, _schedule_keys(wf.name, schedule, schedules))

@@ -146,6 +146,13 @@ class Run(models.Model):
             models.Index(fields=["parent_id"], name="durable_run_parent"),
             models.Index(fields=["retry_of"], name="durable_run_retry_of"),
             models.Index(fields=["forked_from"], name="durable_run_forked_from"),
+            # retention: finished runs of a status, oldest finish first (only finished rows enter it,
+            # so a turn's status writes on the way do not maintain it)
+            models.Index(
+                fields=["status", "finished_at", "id"],
+                name="durable_run_expiry",
+                condition=models.Q(status__in=[str(status) for status in TERMINAL]),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -35,6 +35,11 @@ run_cancelled = Signal()
 run_dead = Signal()
 # A lifecycle event reached a subscriber: kwargs source (RunInfo), subscriber, outcome.
 lifecycle_delivered = Signal()
+# Retention is about to delete a batch of finished runs: kwargs runs, a list of
+# {"run": {...}, "checkpoints": [...], "waiters": [...], "buffered_signals": [...]} (JSON).
+# Sent with sender=None before the delete; unlike the signals above a receiver that raises
+# keeps the whole batch (nothing deleted, retried at the next pass): archive, then return.
+runs_evicted = Signal()
 
 BY_STATUS: dict[str, Signal] = {
     RunStatus.SUSPENDED: run_suspended,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, Protocol
 
 from durable.engine import execution, logs, turn
@@ -52,11 +53,14 @@ class EngineStats:
     ``schedules_synced``: the registry's code-schedule revision this engine
     last wrote to the store (-1: none yet); a race only syncs twice, which is
     harmless (the sync is idempotent).
+    ``retention_due``: when this engine's next retention pass is due (None: at
+    the next tick); racing threads at worst run one extra pass, which is safe.
     """
 
     def __init__(self) -> None:
         self.turn_seconds = 0.0
         self.schedules_synced = -1
+        self.retention_due: datetime | None = None
 
     def record_turns(self, per_turn: float) -> None:
         previous = self.turn_seconds

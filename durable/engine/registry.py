@@ -44,6 +44,8 @@ class WorkflowDef:
     event_input: Callable[[dict[str, Any]], Any] | None = None
     debounce: float | None = None
     batch: tuple[int, float] | None = None
+    # Ages in seconds per terminal status overriding DURABLE["RETENTION"] (None: no override).
+    retention: dict[str, float | None] | None = None
 
     @property
     def key(self) -> tuple[str, int]:
@@ -110,6 +112,12 @@ class Registry:
     def workflows(self) -> list[WorkflowDef]:
         with self._lock:
             return [wf for versions in self._workflows.values() for wf in versions.values()]
+
+    def retention_overrides(self) -> dict[str, dict[str, float | None]]:
+        """``retention={...}`` of each workflow that declares one, as its newest version declares it."""
+        with self._lock:
+            latest = [versions[max(versions)] for versions in self._workflows.values() if versions]
+        return {wf.name: dict(wf.retention) for wf in latest if wf.retention is not None}
 
     def subscribers(self, event: str) -> list[WorkflowDef]:
         """The newest version of every workflow started by ``event`` (``on_event=[...]``)."""

@@ -19,6 +19,7 @@ from durable.worker.repair import (
     recover_steps,
     redispatch_lost_steps,
 )
+from durable.worker.retention import sweep_retention
 
 logger = logging.getLogger("durable.sweeps")
 
@@ -46,6 +47,7 @@ def tick(
         timed("lost_steps", lambda: redispatch_lost_steps(engine, should_stop=should_stop))
     timed("turns", lambda: wake_due_runs(engine, execute=execute, should_stop=should_stop, runner=runner))
     timed("lifecycle", lambda: publish_lifecycle(engine, should_stop=should_stop))
+    timed("pruned", lambda: sweep_retention(engine, should_stop=should_stop))
     logs.sweep_summary(logger, "sweep", counts)
     return counts
 

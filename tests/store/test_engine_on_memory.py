@@ -48,6 +48,10 @@ SETTINGS = SimpleNamespace(
     eager_steps=False,
     fleet_ttl=30.0,
     prepared_statements=False,
+    retention={"completed": 30 * 86400.0, "cancelled": 30 * 86400.0, "failed": 90 * 86400.0, "dead": None},
+    retention_archive=None,
+    retention_batch=500,
+    retention_interval=600.0,
 )
 
 

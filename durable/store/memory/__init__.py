@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from durable.store.memory.authoring import AuthoringPart
 from durable.store.memory.events import EventsPart
 from durable.store.memory.listing import ListingPart
+from durable.store.memory.retention import RetentionPart
 from durable.store.memory.runs import RunsPart
 from durable.store.memory.schedules import SchedulesPart
 from durable.store.memory.steps import StepsPart
@@ -27,7 +28,9 @@ from durable.store.memory.tables import IntegrityError, Tables
 from durable.store.memory.turns import TurnsPart
 
 
-class MemoryStore(AuthoringPart, SchedulesPart, RunsPart, TurnsPart, StepsPart, EventsPart, SweepsPart, ListingPart):
+class MemoryStore(
+    AuthoringPart, SchedulesPart, RunsPart, TurnsPart, StepsPart, EventsPart, SweepsPart, ListingPart, RetentionPart
+):
     """:class:`durable.engine.ports.Store` in memory (see the module docstring)."""
 
 

@@ -15,6 +15,7 @@ from durable.store.portable.due_work import DueWork
 from durable.store.portable.event_rows import EventRows
 from durable.store.portable.fleet_rows import FleetRows
 from durable.store.portable.histories import HistoryRows
+from durable.store.portable.retention_rows import RetentionRows
 from durable.store.portable.run_reads import RunReads
 from durable.store.portable.run_rows import RunRows
 from durable.store.portable.schedule_rows import ScheduleRows
@@ -32,6 +33,7 @@ class PortableStore(
     EventRows,
     DueWork,
     FleetRows,
+    RetentionRows,
 ):
     """:class:`durable.engine.ports.Store` on the Django ORM; see :mod:`durable.store`."""
 

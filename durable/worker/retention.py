@@ -1,0 +1,192 @@
+"""The retention sweep: delete finished runs past their age, batch by batch, each batch archived first.
+
+:func:`prune` does the work (``manage.py durable_prune`` calls it with the
+operator's options); :func:`sweep_retention` is what every tick runs: at most
+one batch per tick, on its own cadence (``RETENTION_INTERVAL``, again at the
+next tick while it keeps finding full batches).
+
+A batch goes through four steps. The store selects runs a rule covers, oldest
+first, and drops those an active run still needs
+(:func:`durable.engine.retention.needed`). It claims the rest
+(compare-and-set on the run lease columns, so racing sweepers take disjoint
+batches). The archive hook gets them as JSON (the ``runs_evicted`` signal,
+then ``RETENTION_ARCHIVE``); if it raises, the claims are given back, nothing
+is deleted, and the next pass retries. Last, the store deletes the runs it
+still claims, still finished and still not needed, with every row keyed to
+them, in one transaction. Archiving is therefore at-least-once: a batch whose
+hook failed half-way, or whose delete failed after the hook, is archived again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from durable.engine.core import Engine
+from durable.engine.retention import ExpiredRun, ExpiryRule, expiry_rules
+from durable.engine.vocab import TERMINAL
+from durable.worker.due import StopCheck, never
+
+logger = logging.getLogger("durable.retention")
+
+#: How long a sweeper's claim on a batch lasts (a sweeper that dies mid-batch frees it by then).
+CLAIM_SECONDS = 300.0
+#: Pages of candidates one tick looks through at most (runs kept for an active run are skipped over).
+SWEEP_PAGES = 10
+
+Archive = Callable[[list[dict[str, Any]]], None]
+
+
+@dataclass
+class PruneReport:
+    """What a prune did (or, with ``dry_run``, would do).
+
+    ``runs``: runs deleted (would be deleted) per status; ``rows``: rows
+    deleted per table; ``kept``: expired runs kept because an active run
+    needs them; ``batches``: transactions that deleted; ``archive_error``:
+    the hook's failure that stopped the prune (nothing of that batch was
+    deleted); ``more``: it stopped at its bound with runs possibly left.
+    """
+
+    dry_run: bool = False
+    runs: dict[str, int] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)
+    kept: int = 0
+    batches: int = 0
+    archive_error: str | None = None
+    more: bool = False
+
+    @property
+    def count(self) -> int:
+        return sum(self.runs.values())
+
+    def add_runs(self, statuses: Iterable[str]) -> None:
+        for status in statuses:
+            self.runs[status] = self.runs.get(status, 0) + 1
+
+
+def archive_hook(engine: Engine) -> Archive:
+    """The archive of this engine's settings: the ``runs_evicted`` signal, then ``RETENTION_ARCHIVE``.
+
+    A receiver or the callable raising stops there: the batch is not deleted.
+    """
+    path = engine.settings.retention_archive
+
+    def archive(runs: list[dict[str, Any]]) -> None:
+        from durable.signals import runs_evicted
+
+        if runs_evicted.has_listeners():
+            runs_evicted.send(sender=None, runs=runs)
+        if path:
+            from django.utils.module_loading import import_string
+
+            import_string(path)(runs)
+
+    return archive
+
+
+def rules_for(engine: Engine, statuses: list[str] | None = None, older_than: float | None = None) -> list[ExpiryRule]:
+    """The expiry rules now: the settings' ages and the workflows' overrides, or ``older_than`` for every run."""
+    now = engine.clock.now()
+    if older_than is not None:
+        ages: dict[str, float | None] = {str(s): older_than for s in (statuses or TERMINAL)}
+        return expiry_rules(ages, {}, now, statuses)
+    return expiry_rules(engine.settings.retention, engine.registry.retention_overrides(), now, statuses)
+
+
+def prune(
+    engine: Engine,
+    *,
+    statuses: list[str] | None = None,
+    older_than: float | None = None,
+    dry_run: bool = False,
+    max_batches: int | None = None,
+    max_pages: int | None = None,
+    archive: Archive | None = None,
+    should_stop: StopCheck = never,
+) -> PruneReport:
+    """Delete (``dry_run``: count) the expired runs, ``RETENTION_BATCH`` per transaction.
+
+    ``statuses`` narrows the statuses; ``older_than`` (seconds) replaces every
+    age, overrides included. Stops after ``max_batches`` deletions or
+    ``max_pages`` pages read (``more`` then says so), at the first archive
+    failure, or when ``should_stop()``. Safe beside any number of other
+    prunes and sweeps: every deletion is compare-and-set on a claim.
+    """
+    report = PruneReport(dry_run=dry_run)
+    hook = archive if archive is not None else archive_hook(engine)
+    pages = 0
+    for rule in rules_for(engine, statuses, older_than):
+        after = None
+        while True:
+            if should_stop() or (max_batches is not None and report.batches >= max_batches):
+                report.more = True
+                return report
+            if max_pages is not None and pages >= max_pages:
+                report.more = True
+                return report
+            page = engine.store.expired_runs(rule, engine.clock.now(), after, engine.settings.retention_batch)
+            pages += 1
+            if not page:
+                break
+            after = (page[-1].finished_at, page[-1].id)
+            keep = engine.store.needed_runs(page)
+            free = [run for run in page if run.id not in keep]
+            report.kept += len(keep)
+            if dry_run:
+                report.add_runs(run.status for run in free)
+            elif free and not _evict(engine, free, hook, report):
+                return report
+            if len(page) < engine.settings.retention_batch:
+                break
+    return report
+
+
+def _evict(engine: Engine, free: list[ExpiredRun], hook: Archive, report: PruneReport) -> bool:
+    """Claim, archive and delete one batch; False when the archive failed (nothing deleted)."""
+    store, owner = engine.store, f"{engine.owner}:retention"
+    now = engine.clock.now()
+    ids = store.claim_expired([run.id for run in free], owner, now, now + timedelta(seconds=CLAIM_SECONDS))
+    if not ids:
+        return True
+    try:
+        hook(store.export_runs(ids))
+    except Exception as exc:
+        store.release_expired(ids, owner)
+        report.archive_error = f"{type(exc).__name__}: {exc}"
+        logger.error(
+            "retention: the archive hook failed; %d run(s) kept, retried at the next pass",
+            len(ids),
+            exc_info=True,
+            extra={"run_ids": ids[:20]},
+        )
+        return False
+    evicted = store.evict_runs(ids, owner)
+    for status, count in evicted.runs.items():
+        report.runs[status] = report.runs.get(status, 0) + count
+    for table, count in evicted.rows.items():
+        report.rows[table] = report.rows.get(table, 0) + count
+    report.kept += len(ids) - evicted.count
+    report.batches += 1
+    return True
+
+
+def sweep_retention(engine: Engine, *, should_stop: StopCheck = never) -> int:
+    """The tick's retention pass: at most one batch, when due; how many runs it deleted.
+
+    Due every ``RETENTION_INTERVAL``, and at the next tick again while the last
+    pass stopped with more to do (a backlog drains one batch per tick, between
+    the other sweeps); after an archive failure, one interval later.
+    """
+    now = engine.clock.now()
+    due, interval = engine.stats.retention_due, engine.settings.retention_interval
+    # A clock that jumped back (a test's fake clock) makes the pass due at once.
+    if due is not None and now < due <= now + timedelta(seconds=interval):
+        return 0
+    report = prune(engine, max_batches=1, max_pages=SWEEP_PAGES, should_stop=should_stop)
+    again = report.more and report.archive_error is None
+    engine.stats.retention_due = now if again else now + timedelta(seconds=interval)
+    return report.count
