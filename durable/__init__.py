@@ -46,6 +46,7 @@ if TYPE_CHECKING:
         requeue,
         retry_with_input,
         signal,
+        signal_with_start,
         start,
     )
     from durable.client import Client
@@ -126,6 +127,7 @@ __all__ = [
     "resume_schedule",
     "retry_with_input",
     "signal",
+    "signal_with_start",
     "start",
     "step",
     "sync_schedules",
@@ -159,6 +161,7 @@ _LAZY = {
     "requeue": "durable.api",
     "retry_with_input": "durable.api",
     "signal": "durable.api",
+    "signal_with_start": "durable.api",
     "start": "durable.api",
     "RunPage": "durable.results",
     "list_runs": "durable.listing",

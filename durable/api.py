@@ -149,3 +149,23 @@ def fork(run_id: str, /, from_seq: int, *, input: Any = None, **options: Any) ->
     if unknown:
         raise TypeError(f"fork() got an unexpected keyword argument {unknown[0]!r}")
     return runtime.client().fork(run_id, from_seq, input=input, new_run_id=options.get("run_id"))
+
+
+def signal_with_start(
+    workflow: Any, run_id: str, name: str, payload: Any = None, *, input: Any = None, **start_options: Any
+) -> str:
+    """Send signal ``name`` to run ``run_id``, starting it first (as :func:`start`) if it does not exist.
+
+    The start and the signal are one transaction: the run never exists
+    without the signal, and of concurrent callers on one id exactly one
+    creates the run while every caller's signal is delivered, in the order
+    their transactions commit (first in, first out per name, as
+    :func:`signal`). ``input`` and ``start_options`` (``tags``,
+    ``namespace``, ``search_attributes``, ``priority``) apply only when this
+    call creates the run. Returns ``run_id``.
+
+    Raises :class:`~durable.InvalidRunState` if the run exists and has ended
+    (it takes no more signals), :class:`~durable.InvalidInput` if it is a run
+    of another workflow or an argument is refused; nothing is written then.
+    """
+    return runtime.client().signal_with_start(workflow, run_id, name, payload, input=input, **start_options)

@@ -26,13 +26,11 @@ from durable.client.repairs import RepairsMixin
 from durable.engine.current_step import StepInfo
 from durable.engine.current_step import current_step as _current_step
 from durable.engine.current_step import heartbeat as _heartbeat
-from durable.engine.new_runs import clean_input, run_fields
-from durable.engine.serialization import to_json
 from durable.engine.vocab import RunStatus
 from durable.exceptions import InvalidInput, RunNotFound
 from durable.results import RunInfo, RunPage
 from durable.run_filters import check_filters, check_statuses, decode_cursor, encode_cursor, parse_attribute_filters
-from durable.validation import check_id, check_name, check_priority, check_tags
+from durable.validation import check_id
 
 
 class Client(MessagesMixin, RepairsMixin, AuthoringMixin):
@@ -52,25 +50,13 @@ class Client(MessagesMixin, RepairsMixin, AuthoringMixin):
         priority: int = 0,
     ) -> str:
         """Start ``workflow`` and return the run id (see :func:`durable.start`)."""
-        settings = self.engine.settings
-        wf = self.engine.registry.resolve_workflow(workflow)
         run_id = check_id(run_id) if run_id is not None else uuid.uuid4().hex
-        namespace = check_name(namespace, "namespace") if namespace is not None else settings.default_namespace
-        tags = check_tags(tags)
-        if search_attributes is None:
-            search_attributes = {}
-        if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
-            raise InvalidInput("search_attributes must be a dict with string keys")
-        search_attributes = to_json(search_attributes, "search_attributes", max_bytes=64 * 1024)
-        priority = check_priority(priority)
-        value = clean_input(wf, input, settings.max_payload_bytes)
-        fields = run_fields(
-            wf,
+        fields = self._start_fields(
+            workflow,
+            input,
             run_id,
-            value,
-            now=self.engine.clock.now(),
-            namespace=namespace,
             tags=tags,
+            namespace=namespace,
             search_attributes=search_attributes,
             priority=priority,
         )
@@ -136,11 +122,8 @@ class Client(MessagesMixin, RepairsMixin, AuthoringMixin):
     def signal(self, run_id: str, name: str, payload: Any = None) -> None:
         """Send signal ``name`` to a run (see :func:`durable.signal`)."""
         check_id(run_id)
-        check_name(name, "signal name")
-        if name.startswith("__"):
-            raise InvalidInput(f"signal names starting with '__' are reserved, got {name!r}")
+        payload = self._signal_payload(name, payload)
         engine = self.engine
-        payload = to_json(payload, f"payload of signal {name!r}", max_bytes=engine.settings.max_payload_bytes)
         with engine.store.atomic():
             if engine.store.signal(run_id, name, payload, engine.clock.now()):
                 after_commit(lambda: engine.transport.dispatch_turn(run_id))

@@ -1,4 +1,4 @@
-"""Authoring operations on runs: fork a finished run from a chosen position."""
+"""Authoring operations on runs: fork a finished run from a chosen position, signal a run starting it if absent."""
 
 from __future__ import annotations
 
@@ -43,3 +43,34 @@ class AuthoringMixin(ClientBase):
             if not same:
                 raise InvalidInput(f"run id {new_id!r} is already taken by another run")
         return new_id
+
+    def signal_with_start(
+        self,
+        workflow: Any,
+        run_id: str,
+        name: str,
+        payload: Any = None,
+        *,
+        input: Any = None,
+        **start_options: Any,
+    ) -> str:
+        """Start ``run_id`` if absent and signal it, in one transaction (see :func:`durable.signal_with_start`)."""
+        check_id(run_id)
+        payload = self._signal_payload(name, payload)
+        # start_options: the keyword arguments of start() (tags, namespace, search_attributes, priority).
+        fields = self._start_fields(workflow, input, run_id, **start_options)
+        engine = self.engine
+        with engine.store.atomic():
+            # The insert decides between concurrent callers (the primary key): a loser waits for
+            # the winner's transaction, then finds the run and only signals it, after the winner.
+            created = self._traced_create(fields, engine.store.create_run)
+            if not created:
+                existing = engine.store.get_run(run_id)
+                if existing is not None and existing.workflow != fields["workflow"]:
+                    raise InvalidInput(
+                        f"run {run_id!r} is a run of workflow {existing.workflow!r}, not {fields['workflow']!r}"
+                    )
+            woken = engine.store.signal(run_id, name, payload, engine.clock.now())
+            if created or woken:
+                after_commit(lambda: engine.transport.dispatch_turn(run_id))
+        return run_id

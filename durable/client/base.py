@@ -11,6 +11,10 @@ from django.db import transaction
 
 from durable.engine import observe
 from durable.engine.core import Engine
+from durable.engine.new_runs import clean_input, run_fields
+from durable.engine.serialization import to_json
+from durable.exceptions import InvalidInput
+from durable.validation import check_name, check_priority, check_tags
 
 logger = logging.getLogger("durable.client")
 
@@ -40,16 +44,61 @@ class ClientBase:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
 
-    def _traced_create(self, fields: dict[str, Any]) -> bool:
-        """:meth:`_create` under a ``durable.start`` span, whose context the run keeps for its later spans."""
+    def _start_fields(
+        self,
+        workflow: Any,
+        input: Any,
+        run_id: str,
+        *,
+        tags: list[str] | None = None,
+        namespace: str | None = None,
+        search_attributes: dict[str, Any] | None = None,
+        priority: int = 0,
+    ) -> dict[str, Any]:
+        """The validated columns of a new run started by :func:`durable.start` (raises on bad input)."""
+        settings = self.engine.settings
+        wf = self.engine.registry.resolve_workflow(workflow)
+        namespace = check_name(namespace, "namespace") if namespace is not None else settings.default_namespace
+        tags = check_tags(tags)
+        if search_attributes is None:
+            search_attributes = {}
+        if not isinstance(search_attributes, dict) or not all(isinstance(k, str) for k in search_attributes):
+            raise InvalidInput("search_attributes must be a dict with string keys")
+        search_attributes = to_json(search_attributes, "search_attributes", max_bytes=64 * 1024)
+        priority = check_priority(priority)
+        value = clean_input(wf, input, settings.max_payload_bytes)
+        return run_fields(
+            wf,
+            run_id,
+            value,
+            now=self.engine.clock.now(),
+            namespace=namespace,
+            tags=tags,
+            search_attributes=search_attributes,
+            priority=priority,
+        )
+
+    def _signal_payload(self, name: Any, payload: Any) -> Any:
+        """Check a user signal's name and return its payload as JSON (raises InvalidInput)."""
+        check_name(name, "signal name")
+        if name.startswith("__"):
+            raise InvalidInput(f"signal names starting with '__' are reserved, got {name!r}")
+        return to_json(payload, f"payload of signal {name!r}", max_bytes=self.engine.settings.max_payload_bytes)
+
+    def _traced_create(self, fields: dict[str, Any], create: Callable[[dict[str, Any]], bool] | None = None) -> bool:
+        """``create(fields)`` (default :meth:`_create`) under a ``durable.start`` span.
+
+        The run keeps the span's context for its later spans.
+        """
+        create = create or self._create
         observer = self.engine.observer
         if not observer.enabled:
-            return self._create(fields)
+            return create(fields)
         attributes = {"run_id": fields["id"], "workflow": fields["workflow"], "version": fields["version"]}
         span = observer.begin(observe.START, attributes)
         fields["trace_context"] = span.context()
         try:
-            created = self._create(fields)
+            created = create(fields)
         except BaseException as exc:
             span.fail(exc)
             span.end("error")
