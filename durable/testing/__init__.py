@@ -33,16 +33,22 @@ from durable.engine.core import Engine
 from durable.exceptions import InvalidInput
 from durable.runtime import get_engine
 from durable.testing.faults import Injection, SimulatedCrash, inject_crash, inject_failure
+from durable.testing.replay import ReplayDivergence, Replayed, assert_replayable, export_history, load_history
 from durable.worker.tick import tick
 
 __all__ = [
     "FakeClock",
     "Injection",
+    "ReplayDivergence",
+    "Replayed",
     "SimulatedCrash",
+    "assert_replayable",
     "drive",
+    "export_history",
     "fake_clock",
     "inject_crash",
     "inject_failure",
+    "load_history",
     "run_until_settled",
 ]
 
