@@ -32,6 +32,7 @@ from durable.engine.clock import FakeClock
 from durable.engine.core import Engine
 from durable.exceptions import InvalidInput
 from durable.runtime import get_engine
+from durable.testing.assertions import assert_completed, assert_step_called
 from durable.testing.faults import Injection, SimulatedCrash, inject_crash, inject_failure
 from durable.testing.replay import ReplayDivergence, Replayed, assert_replayable, export_history, load_history
 from durable.worker.tick import tick
@@ -42,7 +43,9 @@ __all__ = [
     "ReplayDivergence",
     "Replayed",
     "SimulatedCrash",
+    "assert_completed",
     "assert_replayable",
+    "assert_step_called",
     "drive",
     "export_history",
     "fake_clock",

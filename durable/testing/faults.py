@@ -88,7 +88,8 @@ class _Faults(StepFaults):
 _faults = _Faults()
 
 
-def _step_name(step: Any) -> str:
+def step_name(step: Any) -> str:
+    """The name of ``step``: a ``@durable.step`` function's, or the name given (clear error otherwise)."""
     sd = getattr(step, "__durable_step__", None)
     if sd is not None:
         return str(sd.name)
@@ -124,9 +125,9 @@ def inject_failure(
     The error goes through the step's retry policy like any other: raise
     ``durable.FatalError`` to skip the retries.
     """
-    return _injected(Injection(_step_name(step), times, crash=False, error=error))
+    return _injected(Injection(step_name(step), times, crash=False, error=error))
 
 
 def inject_crash(step: Any, times: int = 1) -> AbstractContextManager[Injection]:
     """The next ``times`` executions of ``step`` run, then their process dies before the result is written."""
-    return _injected(Injection(_step_name(step), times, crash=True))
+    return _injected(Injection(step_name(step), times, crash=True))
