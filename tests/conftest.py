@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import os
-from importlib.metadata import entry_points
 
 import pytest
 from django.db import connection
@@ -10,9 +9,11 @@ from tests import workflows as _shared_workflows  # noqa: F401  (registers them)
 
 IN_CI = os.environ.get("CI") == "true"
 
-# The test kit's pytest plugin, as an installed package registers it (its pytest11 entry point).
-_INSTALLED = any(ep.value == "durable.testing.pytest_plugin" for ep in entry_points(group="pytest11"))
-pytest_plugins = [] if _INSTALLED else ["durable.testing.pytest_plugin"]
+
+def pytest_configure(config: pytest.Config) -> None:
+    # The test kit's pytest plugin, as an installed package registers it (the pytest11 entry point "durable").
+    if not config.pluginmanager.has_plugin("durable"):
+        config.pluginmanager.import_plugin("durable.testing.pytest_plugin")
 
 
 def is_postgres() -> bool:

@@ -68,5 +68,5 @@ def test_assert_step_called_counts_calls_by_function_or_name(durable_clock, dura
     assert assert_step_called(run_id, "kp.double") == 1
     with pytest.raises(AssertionError, match=r"called step 'kp.add' 2 time\(s\), expected 3"):
         assert_step_called(run_id, kp_add, times=3)
-    with pytest.raises(AssertionError, match="steps called: \\['kp.add', 'kp.double'\\]"):
+    with pytest.raises(AssertionError, match=r"steps called: \['kp.add', 'kp.double'\]"):
         assert_step_called(run_id, "kp.missing")
