@@ -13,6 +13,7 @@ from durable.decorators import step, workflow
 from durable.engine.context import Call, ChildCall, WorkflowContext, call, child_call
 from durable.engine.durations import parse_duration
 from durable.engine.retry import Backoff
+from durable.engine.singletons import Singleton
 from durable.exceptions import (
     ChildFailed,
     ConfigurationError,
@@ -23,6 +24,7 @@ from durable.exceptions import (
     InvalidInput,
     InvalidRunState,
     NonDeterminismError,
+    QueueFull,
     RunFailed,
     RunNotFound,
     ScheduleExists,
@@ -89,6 +91,7 @@ __all__ = [
     "InvalidRunState",
     "NonDeterminismError",
     "Overlap",
+    "QueueFull",
     "RunFailed",
     "RunInfo",
     "RunNotFound",
@@ -98,6 +101,7 @@ __all__ = [
     "ScheduleInfo",
     "ScheduleNotFound",
     "SignalTimeout",
+    "Singleton",
     "StepFailed",
     "StepNotFound",
     "UpdateResult",

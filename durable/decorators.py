@@ -24,6 +24,7 @@ from durable.engine import retention as retention_policy
 from durable.engine.durations import Duration, to_seconds
 from durable.engine.registry import StepDef, WorkflowDef, qualname
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
+from durable.engine.singletons import Singleton
 from durable.exceptions import ConfigurationError, InvalidInput
 from durable.schedules.spec import Schedule
 
@@ -99,6 +100,8 @@ def _check_workflow_options(
         raise ConfigurationError("input must be a callable mapping the event to the workflow's input")
     if debounce is not None and batch is not None:
         raise ConfigurationError("choose debounce or batch, not both")
+    if (debounce is not None or batch is not None) and not on_event:
+        raise ConfigurationError("debounce and batch coalesce event-started runs: give on_event=[...] too")
     return _batch_spec(batch)
 
 
@@ -148,6 +151,7 @@ def workflow(
     schedule: Any = None,
     schedules: list[Any] | tuple[Any, ...] = (),
     retention: dict[str, Duration | None] | None = None,
+    singleton: Singleton | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -169,6 +173,7 @@ def workflow(
     schedule: Any = None,
     schedules: list[Any] | tuple[Any, ...] = (),
     retention: dict[str, Duration | None] | None = None,
+    singleton: Singleton | None = None,
 ) -> Any:
     """Register a workflow function ``fn(ctx, input)`` (or ``fn(ctx)``).
 
@@ -180,20 +185,26 @@ def workflow(
     ``updates`` maps update names the workflow accepts (``ctx.wait_update``) to a
     validator run in the caller of :func:`durable.update` (None: accept as is).
     Lifecycle subscriptions (``on_event=["run.completed:checkout"]``) take
-    ``where(event)`` to filter, ``input(event)`` to map the event to this
-    workflow's input, and either ``debounce="30s"`` (one run with the last event
-    once the source is quiet) or ``batch=(size, window)`` (one run with a list).
+    ``where(event)`` to filter and ``input(event)`` to map the event to this
+    workflow's input; any subscription (lifecycle or named event) takes either
+    ``debounce="30s"`` (one run with the last event once events stop for that
+    long) or ``batch=(size, window)`` (one run with the list of events, when
+    ``size`` arrived or ``window`` passed since the first).
     ``schedule=durable.Schedule(...)`` starts it on a schedule keyed by the
     workflow's name (``schedules=[...]``: several, keyed ``name:0``, ``name:1``...),
     synced to the database when a worker or sweep starts.
     ``retention={"completed": "7d", "failed": None}`` overrides
     ``DURABLE["RETENTION"]`` for this workflow's runs, status by status (None:
     keep forever; the newest registered version's value holds for all versions).
+    ``singleton=durable.Singleton(key=..., limit=1, max_queue_depth=None)`` runs
+    at most ``limit`` runs per key at a time; the others wait ``queued``, FIFO.
     The function is returned unchanged.
     """
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
         batch_spec = _check_workflow_options(version, tags, on_event, updates, where, input, debounce, batch)
+        if singleton is not None and not isinstance(singleton, Singleton):
+            raise ConfigurationError("singleton must be a durable.Singleton(key=..., limit=..., max_queue_depth=...)")
         wf = WorkflowDef(
             name=_check_name(name or func.__name__, "workflow"),
             version=version,
@@ -209,6 +220,7 @@ def workflow(
             debounce=_opt_seconds(debounce, "debounce"),
             batch=batch_spec,
             retention=_retention(retention, name or func.__name__),
+            singleton=singleton,
         )
         runtime.registry.add_workflow(wf)
         runtime.registry.set_schedules(wf.name, _schedule_keys(wf.name, schedule, schedules))

@@ -180,3 +180,23 @@ class ScheduleNotFound(DurableError, LookupError):
 
 class ScheduleExists(DurableError):
     """A schedule with that key exists already (``create_schedule``); change it with ``update_schedule``."""
+
+
+class QueueFull(DurableError):
+    """``durable.start()`` of a singleton workflow whose key's queue is full; nothing was written.
+
+    Raised when the runs of ``key`` holding a slot plus those waiting for one
+    reach ``limit + max_queue_depth`` (``@workflow(singleton=durable.Singleton(...))``).
+    A start with the id of a run that already exists never raises it (it is
+    idempotent and returns that run).
+    """
+
+    def __init__(self, workflow: str, key: str, limit: int, max_queue_depth: int) -> None:
+        self.workflow = workflow
+        self.key = key
+        self.limit = limit
+        self.max_queue_depth = max_queue_depth
+        super().__init__(
+            f"workflow {workflow!r} already has {limit + max_queue_depth} runs for singleton key {key!r} "
+            f"({limit} running at most, {max_queue_depth} waiting at most); try again later"
+        )

@@ -20,6 +20,7 @@ from durable.runtime import now as clock_now
 
 # Labels for the admin and the API; the values are the engine's (durable.engine.vocab).
 RUN_STATUS_LABELS = {
+    RunStatus.QUEUED: _("Queued"),
     RunStatus.PENDING: _("Pending"),
     RunStatus.RUNNING: _("Running"),
     RunStatus.SUSPENDED: _("Suspended"),
@@ -114,6 +115,11 @@ class Run(models.Model):
     # The trace context ({"traceparent": ..., "tracestate": ...}) of the caller of start(),
     # continued by every later turn and step of the run (DURABLE["OPENTELEMETRY"]).
     trace_context = models.JSONField(null=True, blank=True)
+    # A singleton workflow's run (@workflow(singleton=...)): its key, the key's limit when it
+    # was started, and its place in the key's FIFO queue (SingletonSlot.tail when admitted).
+    singleton_key = models.CharField(max_length=200, null=True, blank=True)
+    singleton_limit = models.PositiveIntegerField(null=True, blank=True)
+    singleton_seq = models.BigIntegerField(null=True, blank=True)
 
     class Meta:
         ordering = ("-created_at",)
@@ -152,6 +158,18 @@ class Run(models.Model):
                 fields=["status", "finished_at", "id"],
                 name="durable_run_expiry",
                 condition=models.Q(status__in=[str(status) for status in TERMINAL]),
+            ),
+            # a singleton key's holders and its FIFO queue (only singleton runs are indexed)
+            models.Index(
+                fields=["workflow", "singleton_key", "status", "singleton_seq"],
+                name="durable_run_singleton",
+                condition=models.Q(singleton_key__isnull=False),
+            ),
+            # keys with runs waiting for a slot (the admission sweep)
+            models.Index(
+                fields=["workflow", "singleton_key"],
+                name="durable_run_queued",
+                condition=models.Q(status=RunStatus.QUEUED),
             ),
         ]
 
@@ -288,6 +306,30 @@ class LifecycleBatch(models.Model):
 
     def __str__(self) -> str:
         return f"{self.subscriber} batch of {len(self.events)}"
+
+
+class SingletonSlot(models.Model):
+    """The admission row of one singleton key: locked by every start and hand-over of that key.
+
+    Whoever admits a run of ``(workflow, key)`` (a start, a slot handed over,
+    the admission sweep) first locks this row, then counts the key's runs
+    holding a slot (the truth is the runs' statuses, never a counter here),
+    so admissions of one key are serialised across processes. ``tail`` is
+    the last queue position given out (FIFO order of the queued runs);
+    ``limit`` the key's limit as the code declared it at the last start.
+    """
+
+    workflow = models.CharField(max_length=200)
+    key = models.CharField(max_length=200)
+    limit = models.PositiveIntegerField(default=1)
+    tail = models.BigIntegerField(default=0)
+    updated_at = models.DateTimeField(default=clock_now)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["workflow", "key"], name="durable_singleton_slot_key")]
+
+    def __str__(self) -> str:
+        return f"{self.workflow} singleton {self.key!r} (limit {self.limit})"
 
 
 class WorkerDescriptor(models.Model):

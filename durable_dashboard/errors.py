@@ -36,6 +36,8 @@ STATUS_BY_CODE = {
     "workflow_not_found": status.HTTP_400_BAD_REQUEST,
     "invalid_input": status.HTTP_400_BAD_REQUEST,
     "invalid_run_state": status.HTTP_409_CONFLICT,
+    # A singleton workflow's key has as many runs running and waiting as it takes: try later.
+    "queue_full": status.HTTP_429_TOO_MANY_REQUESTS,
 }
 # Seconds a client is told to wait before retrying after a database outage.
 RETRY_AFTER_SECONDS = 5

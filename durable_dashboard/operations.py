@@ -21,6 +21,7 @@ from durable.exceptions import (
     EventNotSet,
     InvalidInput,
     InvalidRunState,
+    QueueFull,
     RunNotFound,
     ScheduleExists,
     ScheduleNotFound,
@@ -42,6 +43,7 @@ ERROR_CODES: tuple[tuple[type[Exception], str], ...] = (
     (WorkflowNotFound, "workflow_not_found"),
     (InvalidInput, "invalid_input"),
     (InvalidRunState, "invalid_run_state"),
+    (QueueFull, "queue_full"),
     (DurableError, "durable_error"),
 )
 

@@ -178,6 +178,7 @@ class RunViewSet(JSONEndpoint, viewsets.GenericViewSet[Run]):
             201: OpenApiResponse(s.RunDetailSerializer, description="Created."),
             200: OpenApiResponse(s.RunDetailSerializer, description="A run with this id already existed."),
             **ACTION_ERRORS,
+            429: _error(429, "A singleton workflow's key has its queue full (code queue_full); nothing was started."),
         },
     )
     def create(self, request: Request) -> Response:

@@ -17,6 +17,7 @@ own writes commit.
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any
 
 from durable.client.authoring import AuthoringMixin
@@ -60,7 +61,7 @@ class Client(MessagesMixin, RepairsMixin, AuthoringMixin):
             search_attributes=search_attributes,
             priority=priority,
         )
-        self._traced_create(fields)
+        self._traced_create(fields, partial(self._create, max_queue_depth=self._start_depth(fields)))
         return run_id
 
     def get_run(self, run_id: str, *, follow: bool = False) -> RunInfo:

@@ -13,6 +13,7 @@ from durable.engine import observe
 from durable.engine.core import Engine
 from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.serialization import to_json
+from durable.engine.vocab import RunStatus
 from durable.exceptions import InvalidInput
 from durable.validation import check_name, check_priority, check_tags
 
@@ -106,16 +107,20 @@ class ClientBase:
         span.end("started" if created else "exists")
         return created
 
-    def _create(self, fields: dict[str, Any]) -> bool:
+    def _create(self, fields: dict[str, Any], max_queue_depth: int | None = None) -> bool:
         """Insert a run (idempotent) and dispatch it after the caller's transaction commits.
 
         Outside a transaction, on a transport that runs turns in this process, the
         run is inserted already leased to this process and its first turn starts
         at once, without a separate acquire. If this process dies first, the
         lease expires and the orphan sweep takes the run, as for any turn.
+        A run of a singleton workflow is admitted to its key instead
+        (``max_queue_depth``: refuse with :class:`~durable.QueueFull` past it).
         """
         engine = self.engine
         run_id = fields["id"]
+        if fields.get("singleton_key") is not None:
+            return self._admit(fields, max_queue_depth)
         if transaction.get_connection().in_atomic_block:
             with engine.store.atomic():
                 created = engine.store.create_run(fields)
@@ -132,6 +137,23 @@ class ClientBase:
         if run is not None:
             engine.transport.run_leased(run)
         return run is not None
+
+    def _admit(self, fields: dict[str, Any], max_queue_depth: int | None) -> bool:
+        """Admit a new singleton run to its key; dispatch it (if admitted) after the caller's commit.
+
+        Queued, it is not dispatched: the hand-over that admits it does.
+        """
+        result = self.engine.store.admit_run(fields, max_queue_depth, fields["created_at"])
+        due = [fields["id"]] if result.status == RunStatus.PENDING else []
+        self._dispatch_after_commit(due + list(result.admitted))
+        return result.created
+
+    def _start_depth(self, fields: dict[str, Any]) -> int | None:
+        """The queue depth a start of this run's workflow may not pass (None: no singleton, or no bound)."""
+        if fields.get("singleton_key") is None:
+            return None
+        spec = self.engine.registry.get_workflow(fields["workflow"], fields["version"]).singleton
+        return spec.max_queue_depth if spec is not None else None
 
     def _dispatch_after_commit(self, run_ids: list[str]) -> None:
         """Announce the turns of ``run_ids`` once the current transaction commits."""

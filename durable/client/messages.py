@@ -59,6 +59,9 @@ class MessagesMixin(ClientBase):
             run_id = f"{event_id[:200]}:{wf.name}"
             try:
                 value = clean_input(wf, payload, settings.max_payload_bytes)
+                fields = run_fields(
+                    wf, run_id, value, now=now, namespace=settings.default_namespace, tags=[f"event:{name}"]
+                )
             except InvalidInput as exc:
                 refused[wf.name] = str(exc)
                 logger.warning(
@@ -70,9 +73,6 @@ class MessagesMixin(ClientBase):
                     extra=logs.fields(workflow=wf.name),
                 )
                 continue
-            fields = run_fields(
-                wf, run_id, value, now=now, namespace=settings.default_namespace, tags=[f"event:{name}"]
-            )
             if self._create(fields):
                 started.append(run_id)
 

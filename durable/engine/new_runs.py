@@ -12,6 +12,7 @@ from typing import Any
 from durable.engine.ports import RunRecord
 from durable.engine.registry import WorkflowDef
 from durable.engine.serialization import to_json
+from durable.engine.singletons import singleton_columns
 from durable.engine.vocab import RunStatus
 from durable.exceptions import InvalidInput
 
@@ -42,7 +43,10 @@ def run_fields(
     priority: int = 0,
     **extra: Any,
 ) -> dict[str, Any]:
-    """The columns of a new ``pending`` run of ``wf``."""
+    """The columns of a new ``pending`` run of ``wf`` (a singleton's key and limit included).
+
+    Raises :class:`~durable.InvalidInput` when ``wf`` is a singleton and ``value`` has no key.
+    """
     return {
         "id": run_id,
         "workflow": wf.name,
@@ -56,6 +60,7 @@ def run_fields(
         "created_at": now,
         "updated_at": now,
         "deadline_at": now + timedelta(seconds=wf.timeout) if wf.timeout else None,
+        **singleton_columns(wf.singleton, wf.name, value),
         **extra,
     }
 

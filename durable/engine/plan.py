@@ -246,7 +246,7 @@ def _shape(writes: TurnWrites, outcome: Outcome | None) -> Shape:
     if outcome is not None:
         if outcome.status not in _STATEMENT_STATUSES:
             return Shape.TRANSACTION
-        if outcome.waiters or outcome.had_waiters or outcome.next_run is not None or outcome.lifecycle:
+        if outcome.waiters or outcome.had_waiters or outcome.next_run is not None or outcome.lifecycle or outcome.slot:
             return Shape.TRANSACTION
     return Shape.STATEMENT if any(w.claimed_by for w in writes.checkpoints) else Shape.BATCH
 

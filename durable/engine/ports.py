@@ -58,6 +58,10 @@ class RunRecord:
     # durable.fork: the run whose history before position ``forked_at_seq`` this one kept.
     forked_from: str | None = None
     forked_at_seq: int | None = None
+    # A singleton workflow's run: its key, the key's limit, its place in the key's queue.
+    singleton_key: str | None = None
+    singleton_limit: int | None = None
+    singleton_seq: int | None = None
 
 
 @dataclass
@@ -129,6 +133,8 @@ class Outcome:
     step_seqs: list[int] = field(default_factory=list)
     # Terminal outcomes: the subscribers the lifecycle event is owed to ({"owed": [...]}).
     lifecycle: dict[str, Any] | None = None
+    # Terminal outcomes of a singleton run: (workflow, key) whose slot the commit hands over.
+    slot: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +173,21 @@ class CancelResult:
     done: bool
     woken: tuple[str, ...] = ()
     cancelled: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """What :meth:`Store.admit_run` did with a new run of a singleton workflow.
+
+    ``created``: the run was inserted (False: a run with its id exists and
+    nothing was written); ``status``: the status it was inserted with
+    (``pending``, or ``queued`` behind the key's other runs); ``admitted``:
+    waiting runs of the key the same write admitted, to dispatch after commit.
+    """
+
+    created: bool
+    status: str | None = None
+    admitted: tuple[str, ...] = ()
 
 
 @dataclass
@@ -433,6 +454,10 @@ class Store(Protocol):
     def export_runs(self, ids: list[str]) -> list[dict[str, Any]]: ...
     def evict_runs(self, ids: list[str], owner: str) -> Evicted: ...
     def release_expired(self, ids: list[str], owner: str) -> None: ...
+    # singleton workflows (durable.engine.plan_singletons): admission under the key's slot lock
+    def admit_run(self, fields: dict[str, Any], max_queue_depth: int | None, now: datetime) -> Admitted: ...
+    def hand_over(self, workflow: str, key: str, now: datetime) -> list[str]: ...
+    def waiting_keys(self, limit: int) -> list[tuple[str, str]]: ...
     def atomic(self) -> Any: ...
     # Can turns of different runs write at the same time? (False: one writer at a time,
     # so running a page's turns on several threads would only queue them on one lock.)

@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from durable.engine.retry import Backoff
+from durable.engine.singletons import Singleton
 from durable.exceptions import ConfigurationError, StepNotFound, WorkflowNotFound
 
 
@@ -46,6 +47,8 @@ class WorkflowDef:
     batch: tuple[int, float] | None = None
     # Ages in seconds per terminal status overriding DURABLE["RETENTION"] (None: no override).
     retention: dict[str, float | None] | None = None
+    # At most ``limit`` runs at a time per key (@workflow(singleton=durable.Singleton(...))).
+    singleton: Singleton | None = None
 
     @property
     def key(self) -> tuple[str, int]:

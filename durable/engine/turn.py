@@ -27,7 +27,7 @@ from durable.engine.ports import CheckpointRecord, CommitResult, Outcome, RunRec
 from durable.engine.registry import WorkflowDef
 from durable.engine.serialization import error_record
 from durable.engine.turn_state import Turn
-from durable.engine.vocab import RUN_TOKEN, RunStatus, TurnResult
+from durable.engine.vocab import RUN_TOKEN, TERMINAL, RunStatus, TurnResult
 from durable.exceptions import EngineFault, LeaseLost, WorkflowNotFound
 
 if TYPE_CHECKING:
@@ -228,6 +228,9 @@ def _replay(engine: Engine, turn: Turn, wf: WorkflowDef, hold: Hold) -> ReadyTur
     if outcome.status in (RunStatus.COMPLETED, RunStatus.FAILED) and outcome.next_run is None:
         # (A failed fleet read below gives the run back, as any read of ours that fails.)
         outcome.lifecycle = lifecycle.owed_record(engine, run.workflow, outcome.status)
+    if outcome.status in TERMINAL and run.singleton_key is not None:
+        # Its slot goes to the key's next waiting run in the same commit.
+        outcome.slot = (run.workflow, run.singleton_key)
     return ReadyTurn(turn, run, outcome, done, turn.lease_until(done), hold)
 
 

@@ -12,8 +12,13 @@ from enum import StrEnum
 
 
 class RunStatus(StrEnum):
-    """Where a run stands. ``failed`` and ``dead`` can be requeued; ``completed`` and ``cancelled`` are final."""
+    """Where a run stands. ``failed`` and ``dead`` can be requeued; ``completed`` and ``cancelled`` are final.
 
+    ``queued``: a run of a singleton workflow waiting for a slot of its key
+    (created, not started; admitted in FIFO order when a slot frees).
+    """
+
+    QUEUED = "queued"
     PENDING = "pending"
     RUNNING = "running"
     SUSPENDED = "suspended"
@@ -25,7 +30,9 @@ class RunStatus(StrEnum):
 
 
 TERMINAL: tuple[RunStatus, ...] = (RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED, RunStatus.DEAD)
-ACTIVE: tuple[RunStatus, ...] = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.BLOCKED)
+# Statuses of a run that holds a slot of its singleton key (queued runs wait for one).
+SLOT_HOLDING: tuple[RunStatus, ...] = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED, RunStatus.BLOCKED)
+ACTIVE: tuple[RunStatus, ...] = (RunStatus.QUEUED, *SLOT_HOLDING)
 
 
 class CheckpointStatus(StrEnum):

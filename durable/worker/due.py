@@ -43,6 +43,24 @@ def run_due_steps(engine: Engine, *, should_stop: StopCheck = never) -> int:
     return done
 
 
+def admit_waiting(engine: Engine, *, should_stop: StopCheck = never) -> int:
+    """Admit waiting singleton runs into slots freed without a hand-over; how many were admitted.
+
+    A slot is normally handed over in the write that frees it (a turn's
+    final commit, a cancel, a dead or timed-out run); this sweep catches
+    what a crash between two writes left, and a limit raised by a deploy.
+    Each key is decided under its slot lock, so sweepers may race.
+    """
+    done = 0
+    for workflow, key in engine.store.waiting_keys(engine.settings.sweep_batch):
+        if should_stop():
+            break
+        for run_id in engine.store.hand_over(workflow, key, engine.clock.now()):
+            done += 1
+            engine.transport.dispatch_turn(run_id)
+    return done
+
+
 def wake_due_runs(
     engine: Engine, *, execute: bool = True, should_stop: StopCheck = never, runner: Runner | None = None
 ) -> int:

@@ -11,7 +11,7 @@ from durable.engine import logs
 from durable.engine.core import Engine
 from durable.schedules.sweep import fire_due_schedules
 from durable.worker.announce import publish_lifecycle
-from durable.worker.due import Runner, StopCheck, never, run_due_steps, wake_due_runs
+from durable.worker.due import Runner, StopCheck, admit_waiting, never, run_due_steps, wake_due_runs
 from durable.worker.repair import (
     expire_timeouts,
     recheck_blocked,
@@ -45,6 +45,7 @@ def tick(
         timed("steps", lambda: run_due_steps(engine, should_stop=should_stop))
     else:
         timed("lost_steps", lambda: redispatch_lost_steps(engine, should_stop=should_stop))
+    timed("admitted", lambda: admit_waiting(engine, should_stop=should_stop))
     timed("turns", lambda: wake_due_runs(engine, execute=execute, should_stop=should_stop, runner=runner))
     timed("lifecycle", lambda: publish_lifecycle(engine, should_stop=should_stop))
     timed("pruned", lambda: sweep_retention(engine, should_stop=should_stop))

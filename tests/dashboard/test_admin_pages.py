@@ -109,6 +109,17 @@ def test_start_shows_errors_in_the_form(admin_client, data, field, message):
     assert not Run.objects.exists()
 
 
+def test_start_of_a_singleton_whose_queue_is_full_shows_the_error_on_the_form(admin_client):
+    data = {"workflow": "dash_import", "input": '{"account": "acme"}', "run_id": "imp-1"}
+    assert admin_client.post(START, data).status_code == 302
+    response = admin_client.post(START, {**data, "run_id": "imp-2"})
+    assert response.status_code == 200
+    errors = " ".join(response.context["form"].non_field_errors())
+    assert "singleton key 'acme'" in errors and "try again later" in errors
+    assert "try again later" in response.content.decode()
+    assert list(Run.objects.values_list("id", flat=True)) == ["imp-1"]
+
+
 def test_start_needs_its_permission(client, make_user):
     client.force_login(make_user("viewer-only"))
     assert client.get(START).status_code == 403

@@ -154,6 +154,21 @@ def test_start_creates_then_is_idempotent(api, operator):
     assert entry.username == "operator" and entry.run_ids == ["order-1"] and entry.via == "api" and entry.ok
 
 
+def test_start_of_a_singleton_whose_queue_is_full_is_429_and_starts_nothing(api, operator):
+    client = api(operator)
+    body = {"workflow": "dash_import", "input": {"account": "acme"}, "run_id": "imp-1"}
+    assert post(client, f"{BASE}/runs/", body).status_code == 201
+    refused = post(client, f"{BASE}/runs/", {**body, "run_id": "imp-2"})
+    assert refused.status_code == 429, refused.content
+    data = refused.json()
+    assert data["code"] == "queue_full"
+    assert "dash_import" in data["detail"] and "'acme'" in data["detail"]
+    assert list(Run.objects.values_list("id", flat=True)) == ["imp-1"]
+    assert post(client, f"{BASE}/runs/", body).status_code == 200  # the same id stays idempotent
+    entry = AuditEntry.objects.filter(action="start", ok=False).get()
+    assert entry.run_ids == ["imp-2"]
+
+
 def test_start_without_run_id_generates_one(api, operator):
     response = post(api(operator), f"{BASE}/runs/", {"workflow": "dash_sleep"})
     assert response.status_code == 201

@@ -90,3 +90,8 @@ def dash_chain(ctx: durable.WorkflowContext, n: int) -> int:
 @durable.workflow(name="dash_parent")
 def dash_parent(ctx: durable.WorkflowContext) -> Any:
     return ctx.child(dash_wait, {"n": 3}, run_id="dash-child")
+
+
+@durable.workflow(name="dash_import", singleton=durable.Singleton(key="account", max_queue_depth=0))
+def dash_import(ctx: durable.WorkflowContext, data: Any) -> Any:
+    return ctx.wait_signal("go")

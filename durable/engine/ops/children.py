@@ -120,10 +120,10 @@ class ChildOps(StepOps, WaitOps):
             value = clean_input(wf, input, engine.settings.max_payload_bytes)
             if not isinstance(child_id, str) or not child_id or len(child_id) > 255 or " " in child_id:
                 raise InvalidInput(f"invalid child run id {child_id!r}")
+            now = self._clock.now()
+            fields = run_fields(wf, child_id, value, now=now, namespace=self.namespace, parent_id=self.run_id)
         except DurableError as exc:
             return error_record(exc, code="child_start_failed", retryable=False)
-        now = self._clock.now()
-        fields = run_fields(wf, child_id, value, now=now, namespace=self.namespace, parent_id=self.run_id)
         if engine.observer.enabled:
             # The child's start: a span of its parent's turn, so the child's spans join the parent's trace.
             attributes = {"run_id": child_id, "workflow": wf.name, "version": wf.version, "parent_id": self.run_id}

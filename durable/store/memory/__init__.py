@@ -22,6 +22,7 @@ from durable.store.memory.listing import ListingPart
 from durable.store.memory.retention import RetentionPart
 from durable.store.memory.runs import RunsPart
 from durable.store.memory.schedules import SchedulesPart
+from durable.store.memory.singletons import SingletonsPart
 from durable.store.memory.steps import StepsPart
 from durable.store.memory.sweeps import SweepsPart
 from durable.store.memory.tables import IntegrityError, Tables
@@ -29,7 +30,16 @@ from durable.store.memory.turns import TurnsPart
 
 
 class MemoryStore(
-    AuthoringPart, SchedulesPart, RunsPart, TurnsPart, StepsPart, EventsPart, SweepsPart, ListingPart, RetentionPart
+    AuthoringPart,
+    SchedulesPart,
+    RunsPart,
+    TurnsPart,
+    StepsPart,
+    EventsPart,
+    SweepsPart,
+    ListingPart,
+    RetentionPart,
+    SingletonsPart,
 ):
     """:class:`durable.engine.ports.Store` in memory (see the module docstring)."""
 

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from durable.engine.clock import Clock, SystemClock
+from durable.engine.ports import Admitted
 from durable.engine.vocab import ACTIVE, RunStatus
 from durable.store.memory.tables import Row, Tables, new_run
 
@@ -99,13 +100,32 @@ class MemoryBase:
         return [row for row in rows if row is not None and row["status"] in wanted]
 
     def _insert_runs(self, rows: list[dict[str, Any]]) -> list[str]:
-        """Insert runs that do not exist yet (idempotent on id); return the ids created."""
+        """Insert runs that do not exist yet (idempotent on id); return the ids created.
+
+        Runs of singleton workflows are admitted to their key (pending or queued, never refused).
+        """
         created = []
         for fields in rows:
-            if fields["id"] not in self.tables.runs:
+            if fields.get("singleton_key") is not None:
+                if self._admit_new(fields, None, fields["created_at"]).created:
+                    created.append(fields["id"])
+            elif fields["id"] not in self.tables.runs:
                 self.tables.put(self.tables.runs, fields["id"], new_run(fields, self._clock.now()))
                 created.append(fields["id"])
         return created
+
+    # Singleton keys (executed by :mod:`durable.store.memory.singletons`).
+    def _admit_new(self, fields: dict[str, Any], max_queue_depth: int | None, now: datetime) -> Admitted:
+        """Insert a run of a singleton workflow under its key (the caller holds the lock)."""
+        raise NotImplementedError
+
+    def hand_over(self, workflow: str, key: str, now: datetime) -> list[str]:
+        """Admit the oldest waiting runs of ``key`` into its free slots; return them."""
+        raise NotImplementedError
+
+    def _hand_over_runs(self, run_ids: list[str], now: datetime) -> list[str]:
+        """Hand over the slots the singleton runs among ``run_ids`` just freed; the runs admitted."""
+        raise NotImplementedError
 
     def _wake(self, run_ids: Iterable[str], now: datetime) -> list[str]:
         """Make the suspended runs among ``run_ids`` due at ``now``; return those woken."""

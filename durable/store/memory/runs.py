@@ -13,12 +13,17 @@ from durable.store.memory.base import MemoryBase, atomically, dead_letter, locke
 from durable.store.memory.tables import Row, as_json, run_record
 
 _REQUEUEABLE = (RunStatus.FAILED, RunStatus.DEAD)
+# Runs that cannot execute an undo (blocked, or queued and never started): a cancel ends them outright.
+_IDLE = (RunStatus.BLOCKED, RunStatus.QUEUED)
 
 
 class RunsPart(MemoryBase):
     @atomically
     def create_run(self, fields: dict[str, Any]) -> bool:
-        """Insert the run unless one with that id exists (idempotent start); True if inserted."""
+        """Insert the run unless one with that id exists (idempotent start); True if inserted.
+
+        A run of a singleton workflow is admitted to its key (pending or queued).
+        """
         return bool(self._insert_runs([fields]))
 
     @atomically
@@ -162,16 +167,17 @@ class RunsPart(MemoryBase):
         if status not in ACTIVE:
             return CancelResult(False)
         woken: list[str] = []
-        if not compensate or status == RunStatus.BLOCKED:
+        if not compensate or status in _IDLE:
             cancelled = self._cancel_tree([run_id], now)
         else:
             tree = self._subtree([run_id])
             for row in self._runs_with(tree, (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.SUSPENDED)):
                 self.tables.set(row, cancel_requested=True, updated_at=now)
             self._wake(tree, now)
-            cancelled = self._cancel_tree([row["id"] for row in self._runs_with(tree, (RunStatus.BLOCKED,))], now)
+            cancelled = self._cancel_tree([row["id"] for row in self._runs_with(tree, _IDLE)], now)
             woken = tree
         if cancelled:
+            woken += self._hand_over_runs(cancelled, now)
             woken += self._wake_waiters([RUN_TOKEN + rid for rid in cancelled], now)
         return CancelResult(True, tuple(woken), tuple(cancelled))
 
@@ -181,7 +187,10 @@ class RunsPart(MemoryBase):
         row = self.tables.runs.get(run_id)
         retry_of = row["retry_of"] if row is not None else None
         tokens = [RUN_TOKEN + run_id] + ([RUN_TOKEN + retry_of] if retry_of else [])
-        return self._wake_waiters(tokens, now)
+        # A singleton run that settled outside a turn (dead, timed out) frees its slot here.
+        key = row["singleton_key"] if row is not None else None
+        admitted = self.hand_over(row["workflow"], key, now) if row is not None and key is not None else []
+        return self._wake_waiters(tokens, now) + admitted
 
     @atomically
     def wake(self, run_ids: list[str], now: datetime) -> None:

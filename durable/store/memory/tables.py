@@ -82,6 +82,9 @@ def _defaults(now: datetime) -> Row:
         "started_at": None,
         "finished_at": None,
         "trace_context": None,
+        "singleton_key": None,
+        "singleton_limit": None,
+        "singleton_seq": None,
     }
 
 
@@ -137,6 +140,8 @@ class Tables:
         self.batches: dict[int, Row] = {}
         self.workers: dict[str, Row] = {}
         self.schedules: dict[str, Row] = {}
+        # Singleton keys by (workflow, key): {"limit": ..., "tail": ...}.
+        self.slots: dict[tuple[str, str], Row] = {}
         self._ids = itertools.count(1)
         self._undo: list[tuple[dict[Any, Any], Any, Any]] = []
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -59,8 +60,17 @@ class TurnsPart(MemoryBase):
         inside the commit, whether what they wait for already happened (a
         buffered signal or event, a settled run or step): then the run is due
         at once. Runs waiting on this one are woken in the commit and reported.
+        A singleton run's terminal outcome hands its slot over in the same block.
         """
-        return self.execute_commit(plan_commit(run_id, owner, now, lease_until, writes, outcome))
+        plan = plan_commit(run_id, owner, now, lease_until, writes, outcome)
+        if outcome is None or outcome.slot is None:
+            return self.execute_commit(plan)
+        with self.atomic():
+            result = self.execute_commit(plan)
+            if not result.written:
+                return result
+            admitted = self.hand_over(*outcome.slot, now)
+        return replace(result, woken=result.woken + tuple(admitted))
 
     def execute_commit(self, plan: CommitPlan) -> CommitResult:
         """Execute a commit plan as one atomic block; see :meth:`commit`."""

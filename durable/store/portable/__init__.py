@@ -19,6 +19,7 @@ from durable.store.portable.retention_rows import RetentionRows
 from durable.store.portable.run_reads import RunReads
 from durable.store.portable.run_rows import RunRows
 from durable.store.portable.schedule_rows import ScheduleRows
+from durable.store.portable.singleton_rows import SingletonRows
 from durable.store.portable.step_rows import StepRows
 
 
@@ -34,6 +35,7 @@ class PortableStore(
     DueWork,
     FleetRows,
     RetentionRows,
+    SingletonRows,
 ):
     """:class:`durable.engine.ports.Store` on the Django ORM; see :mod:`durable.store`."""
 

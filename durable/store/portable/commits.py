@@ -10,7 +10,7 @@ writes nothing at all. Timestamps are the plan's ``now``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime
 from typing import Any
 
@@ -49,8 +49,20 @@ class CommitRows(StoreBase):
         name for events), so a concurrent signal, result or event is never
         lost between the turn's read and its registration. Runs waiting on
         this one are woken after commit (``CommitResult.woken``).
+
+        A singleton run's terminal outcome (``outcome.slot``) hands its slot
+        over in the same transaction: the oldest waiting runs of its key are
+        admitted, and returned among the woken runs to dispatch.
         """
-        return self.execute_commit(plan_commit(run_id, owner, now, lease_until, writes, outcome))
+        plan = plan_commit(run_id, owner, now, lease_until, writes, outcome)
+        if outcome is None or outcome.slot is None:
+            return self.execute_commit(plan)
+        with transaction.atomic():
+            result = self.execute_commit(plan)
+            if not result.written:
+                return result
+            admitted = self.hand_over(*outcome.slot, now)
+        return replace(result, woken=result.woken + tuple(admitted))
 
     def execute_commit(self, plan: CommitPlan) -> CommitResult:
         """Execute a commit plan in one transaction; see :meth:`commit`."""

@@ -16,6 +16,9 @@ from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
 from durable.store.portable.shared import StoreBase, run_record, ts
 from durable.store.statements import ACQUIRE, INSERT_RUN, RUN_COLUMNS
 
+# Runs that cannot execute an undo (blocked, or queued and never started): a cancel ends them outright.
+_IDLE = (RunStatus.BLOCKED, RunStatus.QUEUED)
+
 
 class RunRows(StoreBase):
     def create_run(self, fields: dict[str, Any]) -> bool:
@@ -24,10 +27,17 @@ class RunRows(StoreBase):
         One statement (``INSERT ... ON CONFLICT (id) DO NOTHING RETURNING id``):
         concurrent callers are decided by the primary key, and a loser on
         PostgreSQL waits for the winner's transaction before learning it lost.
+        A run of a singleton workflow is admitted to its key instead (:meth:`admit_run`).
         """
+        if fields.get("singleton_key") is not None:
+            return self._admit_new_run(fields)
         row = Run(**fields)
         params = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in RUN_COLUMNS]
         return bool(self._execute(INSERT_RUN, params))
+
+    def _admit_new_run(self, fields: dict[str, Any]) -> bool:
+        with transaction.atomic():
+            return self._admit_new(fields, None, fields["created_at"]).created
 
     def create_leased_run(
         self, fields: dict[str, Any], owner: str, now: datetime, lease_until: datetime
@@ -143,7 +153,9 @@ class RunRows(StoreBase):
         Returns what it did (:class:`~durable.engine.ports.CancelResult`).
         With ``compensate`` the runs are not stopped here: they are marked and
         woken so their next turn undoes their completed steps and ends
-        ``cancelled`` (a blocked run, which cannot execute, is cancelled outright).
+        ``cancelled`` (a blocked or queued run, which cannot execute, is cancelled
+        outright). The slots of singleton runs it cancelled go to their keys'
+        next waiting runs in the same transaction (returned among ``woken``).
         """
         woken: list[str] = []
         with transaction.atomic():
@@ -152,27 +164,32 @@ class RunRows(StoreBase):
                 raise RunNotFound(f"no run with id {run_id!r}")
             if status not in ACTIVE:
                 return CancelResult(False)
-            if not compensate or status == RunStatus.BLOCKED:
+            if not compensate or status in _IDLE:
                 cancelled = self._cancel_tree([run_id], now)
             else:
                 tree = self._subtree([run_id])
-                Run.objects.filter(id__in=tree, status__in=ACTIVE).exclude(status=RunStatus.BLOCKED).update(
+                Run.objects.filter(id__in=tree, status__in=ACTIVE).exclude(status__in=_IDLE).update(
                     cancel_requested=True, updated_at=now
                 )
                 Run.objects.filter(id__in=tree, status=RunStatus.SUSPENDED).update(wake_at=now)
                 cancelled = self._cancel_tree(
-                    list(Run.objects.filter(id__in=tree, status=RunStatus.BLOCKED).values_list("id", flat=True)), now
+                    list(Run.objects.filter(id__in=tree, status__in=_IDLE).values_list("id", flat=True)), now
                 )
                 woken = tree
+            if cancelled:
+                woken += self._hand_over_runs(cancelled, now)
         if cancelled:
             woken += self._wake_waiters([RUN_TOKEN + rid for rid in cancelled], now)
         return CancelResult(True, tuple(woken), tuple(cancelled))
 
     def notify_settled(self, run_id: str, now: datetime) -> list[str]:
         """Wake runs waiting on ``run_id`` (or on the run it retries) after it settled outside a turn."""
-        retry_of = Run.objects.filter(id=run_id).values_list("retry_of", flat=True).first()
+        found = Run.objects.filter(id=run_id).values_list("retry_of", "workflow", "singleton_key").first()
+        retry_of, workflow, key = found if found is not None else (None, "", None)
         tokens = [RUN_TOKEN + run_id] + ([RUN_TOKEN + retry_of] if retry_of else [])
-        return self._wake_waiters(tokens, now)
+        # A singleton run that settled outside a turn (dead, timed out) frees its slot here.
+        admitted = self.hand_over(workflow, key, now) if key is not None else []
+        return self._wake_waiters(tokens, now) + admitted
 
     def wake(self, run_ids: list[str], now: datetime) -> None:
         if run_ids:

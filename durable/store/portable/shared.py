@@ -14,7 +14,7 @@ from typing import Any
 from django.db import connection, transaction
 from django.db.models import Q
 
-from durable.engine.ports import CheckpointRecord, ClaimCheck, RunRecord
+from durable.engine.ports import Admitted, CheckpointRecord, ClaimCheck, RunRecord
 from durable.engine.vocab import ACTIVE, CheckpointStatus, RunStatus
 from durable.models import Run, SignalWaiter
 
@@ -72,12 +72,33 @@ class StoreBase:
             return cursor.fetchall() if cursor.description else []
 
     def _insert_runs(self, rows: list[dict[str, Any]]) -> list[str]:
-        """Insert runs that do not exist yet (idempotent on id); return the ids created."""
+        """Insert runs that do not exist yet (idempotent on id); return the ids created.
+
+        Runs of singleton workflows are admitted to their key one by one
+        (pending or queued, never refused: the queue depth bounds starts only).
+        """
+        singles = [row for row in rows if row.get("singleton_key") is not None]
+        if singles:
+            rows = [row for row in rows if row.get("singleton_key") is None]
         ids = [row["id"] for row in rows]
-        existing = set(Run.objects.filter(id__in=ids).values_list("id", flat=True))
+        existing = set(Run.objects.filter(id__in=ids).values_list("id", flat=True)) if ids else set()
         new = [Run(**row) for row in rows if row["id"] not in existing]
         Run.objects.bulk_create(new)
-        return [run.id for run in new]
+        admitted = [row["id"] for row in singles if self._admit_new(row, None, row["created_at"]).created]
+        return [run.id for run in new] + admitted
+
+    # Singleton keys (executed by :mod:`durable.store.portable.singleton_rows`).
+    def _admit_new(self, fields: dict[str, Any], max_queue_depth: int | None, now: datetime) -> Admitted:
+        """Insert a run of a singleton workflow under its key's slot lock, in the caller's transaction."""
+        raise NotImplementedError
+
+    def hand_over(self, workflow: str, key: str, now: datetime) -> list[str]:
+        """Admit the oldest waiting runs of ``key`` into its free slots; return them."""
+        raise NotImplementedError
+
+    def _hand_over_runs(self, run_ids: list[str], now: datetime) -> list[str]:
+        """Hand over the slots the singleton runs among ``run_ids`` just freed; the runs admitted."""
+        raise NotImplementedError
 
     def _lock_event(self, name: str) -> None:
         """Serialise publishers and waiters of one event name until the transaction ends.
