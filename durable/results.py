@@ -77,6 +77,8 @@ class EventResult:
     refused: dict[str, str] = field(default_factory=dict)
     buffered: bool = False
     duplicate: bool = False
+    # Debounce/batch subscribers whose accumulator took the event (a full batch's run is in ``started``).
+    coalesced: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

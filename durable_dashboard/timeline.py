@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from durable.display import RECONCILE, WAIT_KINDS, format_duration, wake_reason
-from durable.engine.vocab import EVENT_TOKEN, RUN_TOKEN, UNSETTLED, UPDATE_TOKEN
+from durable.engine.vocab import EVENT_TOKEN, RUN_TOKEN, UNSETTLED, UPDATE_TOKEN, RunStatus
 from durable.models import ACTIVE, Checkpoint, CheckpointKind, CheckpointStatus, Run
 
 
@@ -165,6 +165,9 @@ def waiting_on(
     """What an active run waits for now: signals, timers, steps, children, events."""
     if run.status not in ACTIVE:
         return []
+    if run.status == RunStatus.QUEUED:
+        what = f"{run.singleton_key} (at most {run.singleton_limit} at a time, queue position {run.singleton_seq})"
+        return [{"kind": "singleton key", "what": what, "due": None, "seq": None}]
     items: list[dict[str, Any]] = []
     for waiter in waiters:
         kind, what = _waited_for(waiter.name)

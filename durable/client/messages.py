@@ -8,7 +8,7 @@ import uuid
 from typing import Any
 
 from durable.client.base import ClientBase
-from durable.engine import logs
+from durable.engine import lifecycle, logs
 from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.serialization import to_json
 from durable.engine.vocab import TERMINAL, UPDATE_TOKEN
@@ -35,10 +35,15 @@ class MessagesMixin(ClientBase):
         now = engine.clock.now()
         started: list[str] = []
         refused: dict[str, str] = {}
+        coalesced: list[str] = []
         with engine.store.atomic():
             outcome = engine.store.publish_event(name, payload, event_id, now)
             if not outcome["duplicate"]:
-                self._start_subscribers(name, event_id, payload, now, started, refused)
+                batched = self._start_subscribers(name, event_id, payload, now, started, refused)
+                coalesced = [subscriber for subscriber, _, _, _ in batched]
+                fired = engine.store.accumulate(batched, now, lifecycle.batch_run_maker(engine)) if batched else []
+                self._dispatch_after_commit(fired)
+                started += fired
             engine.store.wake(outcome["delivered"], now)
             self._dispatch_after_commit(outcome["delivered"])
         return EventResult(
@@ -48,13 +53,19 @@ class MessagesMixin(ClientBase):
             refused=refused,
             buffered=outcome["buffered"],
             duplicate=outcome["duplicate"],
+            coalesced=coalesced,
         )
 
     def _start_subscribers(
         self, name: str, event_id: str, payload: Any, now: Any, started: list[str], refused: dict[str, str]
-    ) -> None:
-        """Start each workflow subscribed to event ``name`` (``on_event``), once per event id."""
+    ) -> list[tuple[str, Any, str, dict[str, Any]]]:
+        """Start each workflow subscribed to event ``name`` (``on_event``), once per event id.
+
+        Returns what debounce and batch subscribers take instead, for their
+        accumulators: ``(subscriber, input, event id, policy)``.
+        """
         settings = self.engine.settings
+        batched: list[tuple[str, Any, str, dict[str, Any]]] = []
         for wf in self.engine.registry.subscribers(name):
             run_id = f"{event_id[:200]}:{wf.name}"
             try:
@@ -73,8 +84,11 @@ class MessagesMixin(ClientBase):
                     extra=logs.fields(workflow=wf.name),
                 )
                 continue
-            if self._create(fields):
+            if wf.debounce is not None or wf.batch is not None:
+                batched.append((wf.name, value, event_id, lifecycle.batch_policy(wf)))
+            elif self._create(fields):
                 started.append(run_id)
+        return batched
 
     def update(self, run_id: str, name: str, arg: Any = None) -> UpdateResult:
         """Send update ``name`` to a run (see :func:`durable.update`)."""

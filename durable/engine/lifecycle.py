@@ -269,7 +269,7 @@ def _start(engine: Engine, delivery: _Delivery, wf: WorkflowDef, value: Any) -> 
 def _write_back(engine: Engine, delivery: _Delivery, holder: str) -> list[str]:
     """Write the starts and the record in one transaction; on failure, record the starts as failed."""
     run = delivery.run
-    batched = [(wf.name, value, run.id, _batch_policy(wf)) for wf, value in delivery.batched]
+    batched = [(wf.name, value, run.id, batch_policy(wf)) for wf, value in delivery.batched]
     make = batch_run_maker(engine)
     try:
         return engine.store.finish_lifecycle(
@@ -287,7 +287,8 @@ def _write_back(engine: Engine, delivery: _Delivery, holder: str) -> list[str]:
         return engine.store.finish_lifecycle(run.id, holder, engine.clock.now(), delivery.record(), [], [], make)
 
 
-def _batch_policy(wf: WorkflowDef) -> dict[str, Any]:
+def batch_policy(wf: WorkflowDef) -> dict[str, Any]:
+    """The accumulator policy of a debounce or batch subscriber (see ``Store.accumulate``)."""
     if wf.debounce is not None:
         return {"debounce": wf.debounce}
     assert wf.batch is not None

@@ -372,6 +372,12 @@ class Store(Protocol):
         batched: list[tuple[str, Any, str, dict[str, Any]]],
         make_batch_run: Callable[[str, int, list[Any]], dict[str, Any] | None],
     ) -> list[str]: ...
+    def accumulate(
+        self,
+        batched: list[tuple[str, Any, str, dict[str, Any]]],
+        now: datetime,
+        make_batch_run: Callable[[str, int, list[Any]], dict[str, Any] | None],
+    ) -> list[str]: ...
     def fire_due_batches(
         self, now: datetime, limit: int, make_batch_run: Callable[[str, int, list[Any]], dict[str, Any] | None]
     ) -> list[str]: ...

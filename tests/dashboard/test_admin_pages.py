@@ -120,6 +120,19 @@ def test_start_of_a_singleton_whose_queue_is_full_shows_the_error_on_the_form(ad
     assert list(Run.objects.values_list("id", flat=True)) == ["imp-1"]
 
 
+def test_a_queued_run_shows_the_key_it_waits_for_and_filters_by_its_status(admin_client):
+    durable.start("dash_serial", {"account": "acme"}, run_id="ser-1")
+    durable.start("dash_serial", {"account": "acme"}, run_id="ser-2")
+    page = admin_client.get(detail("ser-2"))
+    assert page.status_code == 200
+    assert [(w["kind"], w["what"]) for w in page.context["waiting_on"]] == [
+        ("singleton key", "acme (at most 1 at a time, queue position 2)")
+    ]
+    assert 'class="durable-badge durable-queued"' in page.content.decode()
+    listed = admin_client.get(LIST, {"status": "queued"})
+    assert [run.id for run in listed.context["cl"].result_list] == ["ser-2"]
+
+
 def test_start_needs_its_permission(client, make_user):
     client.force_login(make_user("viewer-only"))
     assert client.get(START).status_code == 403

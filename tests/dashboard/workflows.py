@@ -95,3 +95,8 @@ def dash_parent(ctx: durable.WorkflowContext) -> Any:
 @durable.workflow(name="dash_import", singleton=durable.Singleton(key="account", max_queue_depth=0))
 def dash_import(ctx: durable.WorkflowContext, data: Any) -> Any:
     return ctx.wait_signal("go")
+
+
+@durable.workflow(name="dash_serial", singleton=durable.Singleton(key="account"))
+def dash_serial(ctx: durable.WorkflowContext, data: Any) -> Any:
+    return ctx.wait_signal("go")

@@ -102,6 +102,22 @@ def test_a_debounced_batch_moves_its_fire_time_and_fires_when_due(store: Any, pr
     assert store.fire_due_batches(at(99), 10, _batch_run) == []
 
 
+def test_accumulate_feeds_accumulators_without_a_source_run_and_fires_full_batches(store: Any, probe: Any) -> None:
+    policy = {"size": 2, "window": 60}
+    assert (
+        store.accumulate(
+            [("digest", "e1", "event-1", policy), ("quiet", "e1", "event-1", {"debounce": 5})], at(1), _batch_run
+        )
+        == []
+    )
+    assert store.accumulate([("digest", "e1", "event-1", policy)], at(2), _batch_run) == []  # the same event id
+    assert sorted(probe.batches()) == [("digest", ["e1"], ["event-1"], at(61)), ("quiet", ["e1"], ["event-1"], at(6))]
+    assert store.accumulate([("digest", "e2", "event-2", policy)], at(3), _batch_run) == ["digest-batch"]
+    assert store.get_run("digest-batch").input == {"events": ["e1", "e2"]}
+    assert probe.batches() == [("quiet", ["e1"], ["event-1"], at(6))]
+    assert store.accumulate([], at(4), _batch_run) == []
+
+
 def test_a_batch_whose_run_cannot_be_built_stays(store: Any, probe: Any) -> None:
     _settled(store, "a")
     store.take_lifecycle_lease("a", OWNER, at(2), at(32))

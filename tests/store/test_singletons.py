@@ -148,3 +148,24 @@ def test_runs_inserted_by_create_run_and_by_a_commit_are_admitted_to_their_key(s
     assert store.commit("parent", OWNER, T0, at(LEASE), writes, outcome).written
     child = store.get_run("child")
     assert (child.status, child.singleton_seq) == ("queued", 3)
+
+
+def test_a_requeued_singleton_run_queues_behind_the_waiting_runs(store: Any) -> None:
+    store.admit_run(single("a"), None, T0)
+    take(store, "a")
+    store.commit("a", OWNER, at(1), at(LEASE), TurnWrites(), Outcome(RunStatus.FAILED, slot=("wf", "k")))
+    store.admit_run(single("b"), None, T0)
+    store.admit_run(single("c"), None, T0)
+    assert [status(store, r) for r in ("a", "b", "c")] == ["failed", "pending", "queued"]
+    assert store.requeue("a", at(2), None) == ["a"]
+    a = store.get_run("a")
+    assert (a.status, a.singleton_seq, a.error["code"]) == ("queued", 4, "singleton_queued")
+    take(store, "b")
+    store.commit("b", OWNER, at(3), at(LEASE), TurnWrites(), Outcome(RunStatus.COMPLETED, slot=("wf", "k")))
+    assert [status(store, r) for r in ("a", "c")] == ["queued", "pending"]
+    # With its slot free and nobody waiting, a requeued run is admitted at once.
+    store.admit_run(single("solo", key="k3"), None, T0)
+    take(store, "solo")
+    store.commit("solo", OWNER, at(4), at(LEASE), TurnWrites(), Outcome(RunStatus.FAILED, slot=("wf", "k3")))
+    store.requeue("solo", at(5), None)
+    assert (status(store, "solo"), store.get_run("solo").wake_at) == ("pending", at(5))

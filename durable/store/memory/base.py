@@ -127,6 +127,10 @@ class MemoryBase:
         """Hand over the slots the singleton runs among ``run_ids`` just freed; the runs admitted."""
         raise NotImplementedError
 
+    def _readmit(self, row: Row, now: datetime) -> None:
+        """A requeued singleton run queues for its key again (nothing for any other run)."""
+        raise NotImplementedError
+
     def _wake(self, run_ids: Iterable[str], now: datetime) -> list[str]:
         """Make the suspended runs among ``run_ids`` due at ``now``; return those woken."""
         woken = self._runs_with(run_ids, (RunStatus.SUSPENDED,))

@@ -131,6 +131,14 @@ class EventsPart(MemoryBase):
             raise LeaseLost()
         self.tables.set(row, lifecycle=as_json(record), lifecycle_owed=bool(record.get("owed")))
         created = self._insert_runs(new_runs) if new_runs else []
+        return created + self.accumulate(batched, now, make_batch_run)
+
+    @atomically
+    def accumulate(
+        self, batched: list[tuple[str, Any, str, dict[str, Any]]], now: datetime, make_batch_run: MakeBatchRun
+    ) -> list[str]:
+        """Add events to each subscriber's debounce/batch accumulator, atomically; the runs started."""
+        created: list[str] = []
         for subscriber, value, source_id, policy in batched:
             created += self._accumulate(subscriber, value, source_id, policy, now, make_batch_run)
         return created

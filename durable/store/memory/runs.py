@@ -242,6 +242,7 @@ class RunsPart(MemoryBase):
                 updated_at=now,
                 **extra,
             )
+            self._readmit(row, now)
         return requeued
 
     @atomically

@@ -9,7 +9,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from durable.engine.plan_singletons import KeyState, admitted_columns, plan_admission, plan_hand_over
+from durable.engine.plan_singletons import (
+    KeyState,
+    admitted_columns,
+    plan_admission,
+    plan_hand_over,
+    waiting_reason,
+)
 from durable.engine.ports import Admitted
 from durable.engine.vocab import SLOT_HOLDING, RunStatus
 from durable.store.memory.base import MemoryBase, atomically, locked
@@ -63,6 +69,23 @@ class SingletonsPart(MemoryBase):
         for workflow, key in sorted(k for k in keys if k[1] is not None):
             admitted += self.hand_over(workflow, key, now)
         return admitted
+
+    def _readmit(self, row: Row, now: datetime) -> None:
+        """A requeued singleton run waits for its key again, behind the runs already waiting."""
+        workflow, key = row["workflow"], row["singleton_key"]
+        if key is None:
+            return
+        slot = self.tables.slots.get((workflow, key))
+        if slot is None:
+            slot = {"limit": row["singleton_limit"], "tail": 0}
+            self.tables.put(self.tables.slots, (workflow, key), slot)
+        seq = slot["tail"] + 1
+        self.tables.set(
+            row, status=RunStatus.QUEUED, singleton_seq=seq, error=waiting_reason(workflow, key, slot["limit"])
+        )
+        self.tables.set(slot, tail=seq)
+        state = self._key_state(workflow, key, slot)
+        self._admit_head(workflow, key, plan_hand_over(slot["limit"], state.holders, state.waiting), now)
 
     def _queued(self, workflow: str | None = None, key: str | None = None) -> list[Row]:
         rows = [row for row in self.tables.runs.values() if row["status"] == RunStatus.QUEUED]

@@ -125,6 +125,23 @@ class EventRows(StoreBase):
             ):
                 raise LeaseLost()
             created = self._insert_runs(new_runs) if new_runs else []
+            created += self.accumulate(batched, now, make_batch_run)
+        return created
+
+    def accumulate(
+        self,
+        batched: list[tuple[str, Any, str, dict[str, Any]]],
+        now: datetime,
+        make_batch_run: Callable[[str, int, list[Any]], dict[str, Any] | None],
+    ) -> list[str]:
+        """Add events to the debounce/batch accumulator of each subscriber, atomically; the runs started.
+
+        ``batched`` holds ``(subscriber, value, source id, policy)``; a source
+        id already in the accumulator is not added twice. A batch that reaches
+        its size starts its run in the same transaction.
+        """
+        created: list[str] = []
+        with transaction.atomic():
             for subscriber, value, source_id, policy in batched:
                 created += self._accumulate(subscriber, value, source_id, policy, now, make_batch_run)
         return created

@@ -203,7 +203,9 @@ class RunRows(StoreBase):
         it afresh instead of replaying its failure. Completed checkpoints before
         it, including a late success that landed after the run failed, are
         kept. Failed children it awaited are requeued too, recursively. The
-        recovery count starts again from zero. Returns the ids requeued.
+        recovery count starts again from zero. A run of a singleton workflow
+        queues for its key again, behind the runs already waiting (admitted at
+        once if a slot is free). Returns the ids requeued.
         """
         with transaction.atomic():
             status = Run.objects.select_for_update().filter(id=run_id).values_list("status", flat=True).first()
@@ -242,6 +244,7 @@ class RunRows(StoreBase):
             updated_at=now,
             **extra,
         )
+        self._readmit(run_id, now)
         return requeued
 
     def pending_steps(self, run_id: str, now: datetime, new_wake: datetime) -> list[tuple[int, str | None]]:

@@ -100,6 +100,10 @@ class StoreBase:
         """Hand over the slots the singleton runs among ``run_ids`` just freed; the runs admitted."""
         raise NotImplementedError
 
+    def _readmit(self, run_id: str, now: datetime) -> None:
+        """A requeued singleton run queues for its key again (nothing for any other run)."""
+        raise NotImplementedError
+
     def _lock_event(self, name: str) -> None:
         """Serialise publishers and waiters of one event name until the transaction ends.
 

@@ -18,7 +18,13 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Count
 
-from durable.engine.plan_singletons import KeyState, admitted_columns, plan_admission, plan_hand_over
+from durable.engine.plan_singletons import (
+    KeyState,
+    admitted_columns,
+    plan_admission,
+    plan_hand_over,
+    waiting_reason,
+)
 from durable.engine.ports import Admitted
 from durable.engine.vocab import ACTIVE, SLOT_HOLDING, RunStatus
 from durable.models import Run, SingletonSlot
@@ -83,6 +89,24 @@ class SingletonRows(StoreBase):
             if key is not None:
                 admitted += self.hand_over(workflow, key, now)
         return admitted
+
+    def _readmit(self, run_id: str, now: datetime) -> None:
+        """A requeued singleton run waits for its key again, behind the runs already waiting."""
+        found = (
+            Run.objects.filter(id=run_id, status=RunStatus.PENDING, singleton_key__isnull=False)
+            .values_list("workflow", "singleton_key", "singleton_limit")
+            .first()
+        )
+        if found is None or found[1] is None:
+            return
+        workflow, key, limit = found[0], found[1], found[2] or 1
+        slot = self._lock_slot(workflow, key, limit, now)
+        seq = slot.tail + 1
+        reason = waiting_reason(workflow, key, slot.limit)
+        Run.objects.filter(id=run_id).update(status=RunStatus.QUEUED, singleton_seq=seq, error=reason)
+        SingletonSlot.objects.filter(pk=slot.pk).update(tail=seq, updated_at=now)
+        state = self._key_state(workflow, key, seq)
+        self._admit_head(workflow, key, plan_hand_over(slot.limit, state.holders, state.waiting), now)
 
     @staticmethod
     def _lock_slot(workflow: str, key: str, limit: int, now: datetime) -> SingletonSlot:
