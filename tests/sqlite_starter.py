@@ -2,6 +2,9 @@
 
 Run as ``python -m tests.sqlite_starter PREFIX N`` under tests.sqlite_plain_settings;
 prints one JSON line: the statuses of its runs and the errors the starts raised.
+``python -m tests.sqlite_starter PREFIX N sqlite_serial TOTAL`` starts runs of that singleton
+workflow for one key instead, and waits until TOTAL runs of it (all processes') completed:
+a slot freed here may admit another process's run, which this process then executes.
 """
 
 import json
@@ -20,6 +23,8 @@ import durable  # noqa: E402
 from durable.models import Run  # noqa: E402
 
 prefix, count = sys.argv[1], int(sys.argv[2])
+workflow = sys.argv[3] if len(sys.argv) > 3 else "sqlite_busy"
+total = int(sys.argv[4]) if len(sys.argv) > 4 else None
 errors: list[str] = []
 barrier = threading.Barrier(count)
 
@@ -27,7 +32,7 @@ barrier = threading.Barrier(count)
 def start(i: int) -> None:
     barrier.wait()
     try:
-        durable.start("sqlite_busy", {}, run_id=f"{prefix}-{i}")
+        durable.start(workflow, {"key": "one"} if total else {}, run_id=f"{prefix}-{i}")
     except Exception as exc:  # reported, not raised: the test counts them
         errors.append(f"{type(exc).__name__}: {exc}")
 
@@ -41,7 +46,10 @@ deadline = time.monotonic() + 120
 ids = [f"{prefix}-{i}" for i in range(count)]
 created = Run.objects.filter(id__in=ids).count()  # a start that failed left nothing to wait for
 while time.monotonic() < deadline:
-    if Run.objects.filter(id__in=ids, status="completed").count() == created:
+    if total is not None:
+        if Run.objects.filter(workflow=workflow, status="completed").count() == total:
+            break
+    elif Run.objects.filter(id__in=ids, status="completed").count() == created:
         break
     time.sleep(0.05)
 statuses = dict(Run.objects.filter(id__in=ids).values_list("id", "status"))

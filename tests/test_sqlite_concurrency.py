@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 from collections import Counter
+from contextlib import closing
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,43 @@ def test_four_processes_starting_thirty_runs_each_complete_every_run(tmp_path: P
     assert [r["errors"] for r in reports] == [[], [], [], []]
     statuses = Counter(status for r in reports for status in r["statuses"].values())
     assert statuses == {"completed": 120}
+
+
+@pytest.mark.slow
+def test_four_processes_starting_runs_of_one_singleton_key_run_them_one_at_a_time(tmp_path: Path) -> None:
+    db = tmp_path / "plain.sqlite3"
+    env = _env(db)
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=REPO, env=env, check=True, timeout=300)
+    starter = [sys.executable, "-m", "tests.sqlite_starter"]
+    procs = [
+        subprocess.Popen(
+            [*starter, prefix, "10", "sqlite_serial", "40"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for prefix in "abcd"
+    ]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    assert [r["errors"] for r in reports] == [[], [], [], []]
+    assert Counter(status for r in reports for status in r["statuses"].values()) == {"completed": 40}
+    with closing(sqlite3.connect(db)) as conn:
+        rows = [
+            (seq, datetime.fromisoformat(began), datetime.fromisoformat(ended))
+            for seq, began, ended in conn.execute(
+                "SELECT singleton_seq, started_at, finished_at FROM durable_run WHERE workflow = 'sqlite_serial' "
+                "ORDER BY singleton_seq"
+            )
+        ]
+    assert [seq for seq, _, _ in rows] == list(range(1, 41))  # one queue position each, across processes
+    # One at a time, in queue order: each run started after the previous one finished.
+    assert [i for i in range(1, 40) if rows[i][1] < rows[i - 1][2]] == []
 
 
 def _connect(alias: str, settings_dict: dict[str, Any]) -> Any:

@@ -10,3 +10,10 @@ def sqlite_busy(ctx, data):
         total += ctx.local_step(f"add{i}", lambda a, b: a + b, total, i)
     ctx.sleep(0.05)
     return total
+
+
+@durable.workflow(name="sqlite_serial", singleton=durable.Singleton(key="key"))
+def sqlite_serial(ctx, data):
+    ctx.local_step("body", lambda: data["key"])
+    ctx.sleep(0.02)  # a real timer: the run holds its slot while it sleeps
+    return data["key"]
