@@ -340,6 +340,7 @@ NOT_KEYED = {
     "LifecycleBatch": "holds copies of the events it batches, for a subscriber",
     "WorkerDescriptor": "a worker process",
     "Schedule": "last_run_id is a pointer, read as missing once the run is gone",
+    "SingletonSlot": "one row per singleton key, holding no run id (the key's runs are counted)",
 }
 
 
