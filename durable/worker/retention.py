@@ -20,6 +20,7 @@ hook failed half-way, or whose delete failed after the hook, is archived again.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -36,6 +37,10 @@ logger = logging.getLogger("durable.retention")
 CLAIM_SECONDS = 300.0
 #: Pages of candidates one tick looks through at most (runs kept for an active run are skipped over).
 SWEEP_PAGES = 10
+#: The share of a process's time retention takes while it drains a backlog: after a batch that
+#: took t seconds it waits t * (1 - DUTY) / DUTY before the next, so the live work beside it keeps
+#: most of the database and the cores (``durable_prune --fast`` does not wait).
+DUTY = 0.25
 
 Archive = Callable[[list[dict[str, Any]]], None]
 
@@ -48,7 +53,8 @@ class PruneReport:
     deleted per table; ``kept``: expired runs kept because an active run
     needs them; ``batches``: transactions that deleted; ``archive_error``:
     the hook's failure that stopped the prune (nothing of that batch was
-    deleted); ``more``: it stopped at its bound with runs possibly left.
+    deleted); ``more``: it stopped at its bound with runs possibly left;
+    ``busy``: seconds spent claiming, archiving and deleting.
     """
 
     dry_run: bool = False
@@ -58,6 +64,7 @@ class PruneReport:
     batches: int = 0
     archive_error: str | None = None
     more: bool = False
+    busy: float = 0.0
 
     @property
     def count(self) -> int:
@@ -68,24 +75,31 @@ class PruneReport:
             self.runs[status] = self.runs.get(status, 0) + 1
 
 
-def archive_hook(engine: Engine) -> Archive:
-    """The archive of this engine's settings: the ``runs_evicted`` signal, then ``RETENTION_ARCHIVE``.
+class ArchiveHook:
+    """The archive of an engine's settings: the ``runs_evicted`` signal, then ``RETENTION_ARCHIVE``.
 
     A receiver or the callable raising stops there: the batch is not deleted.
+    :meth:`wanted` is False when neither is set up, and the batch is then not
+    even read as JSON (the default, and the cheapest way to delete).
     """
-    path = engine.settings.retention_archive
 
-    def archive(runs: list[dict[str, Any]]) -> None:
+    def __init__(self, path: str | None) -> None:
+        self.path = path
+
+    def wanted(self) -> bool:
+        from durable.signals import runs_evicted
+
+        return bool(self.path) or runs_evicted.has_listeners()
+
+    def __call__(self, runs: list[dict[str, Any]]) -> None:
         from durable.signals import runs_evicted
 
         if runs_evicted.has_listeners():
             runs_evicted.send(sender=None, runs=runs)
-        if path:
+        if self.path:
             from django.utils.module_loading import import_string
 
-            import_string(path)(runs)
-
-    return archive
+            import_string(self.path)(runs)
 
 
 def rules_for(engine: Engine, statuses: list[str] | None = None, older_than: float | None = None) -> list[ExpiryRule]:
@@ -107,17 +121,20 @@ def prune(
     max_pages: int | None = None,
     archive: Archive | None = None,
     should_stop: StopCheck = never,
+    pace: Callable[[float], None] | None = None,
 ) -> PruneReport:
     """Delete (``dry_run``: count) the expired runs, ``RETENTION_BATCH`` per transaction.
 
     ``statuses`` narrows the statuses; ``older_than`` (seconds) replaces every
-    age, overrides included. Stops after ``max_batches`` deletions or
-    ``max_pages`` pages read (``more`` then says so), at the first archive
-    failure, or when ``should_stop()``. Safe beside any number of other
+    age, overrides included. ``archive`` replaces the settings' hook (called
+    with every batch). ``pace(seconds)`` is called after each batch with how
+    long to rest to keep to :data:`DUTY` (``time.sleep`` to pace, None: flat
+    out). Stops after ``max_batches`` deletions or ``max_pages`` pages read
+    (``more`` then says so), at the first archive failure, or when ``should_stop()``. Safe beside any number of other
     prunes and sweeps: every deletion is compare-and-set on a claim.
     """
     report = PruneReport(dry_run=dry_run)
-    hook = archive if archive is not None else archive_hook(engine)
+    hook = archive if archive is not None else ArchiveHook(engine.settings.retention_archive)
     pages = 0
     for rule in rules_for(engine, statuses, older_than):
         after = None
@@ -128,6 +145,7 @@ def prune(
             if max_pages is not None and pages >= max_pages:
                 report.more = True
                 return report
+            began = time.perf_counter()
             page = engine.store.expired_runs(rule, engine.clock.now(), after, engine.settings.retention_batch)
             pages += 1
             if not page:
@@ -140,9 +158,18 @@ def prune(
                 report.add_runs(run.status for run in free)
             elif free and not _evict(engine, free, hook, report):
                 return report
+            spent = time.perf_counter() - began
+            report.busy += spent
+            if pace is not None and free and not dry_run:
+                pace(rest_after(spent))
             if len(page) < engine.settings.retention_batch:
                 break
     return report
+
+
+def rest_after(busy: float) -> float:
+    """How long to rest after ``busy`` seconds of retention work, to keep to :data:`DUTY`."""
+    return busy * (1 - DUTY) / DUTY
 
 
 def _evict(engine: Engine, free: list[ExpiredRun], hook: Archive, report: PruneReport) -> bool:
@@ -153,7 +180,8 @@ def _evict(engine: Engine, free: list[ExpiredRun], hook: Archive, report: PruneR
     if not ids:
         return True
     try:
-        hook(store.export_runs(ids))
+        if not isinstance(hook, ArchiveHook) or hook.wanted():
+            hook(store.export_runs(ids))
     except Exception as exc:
         store.release_expired(ids, owner)
         report.archive_error = f"{type(exc).__name__}: {exc}"
@@ -177,9 +205,11 @@ def _evict(engine: Engine, free: list[ExpiredRun], hook: Archive, report: PruneR
 def sweep_retention(engine: Engine, *, should_stop: StopCheck = never) -> int:
     """The tick's retention pass: at most one batch, when due; how many runs it deleted.
 
-    Due every ``RETENTION_INTERVAL``, and at the next tick again while the last
-    pass stopped with more to do (a backlog drains one batch per tick, between
-    the other sweeps); after an archive failure, one interval later.
+    Due every ``RETENTION_INTERVAL``; while the last pass stopped with more to
+    do, again once it has rested three times as long as its batch took
+    (:data:`DUTY`), so a backlog drains one batch per tick between the other
+    sweeps and never takes more than a quarter of the process; after an
+    archive failure, one interval later.
     """
     now = engine.clock.now()
     due, interval = engine.stats.retention_due, engine.settings.retention_interval
@@ -188,5 +218,6 @@ def sweep_retention(engine: Engine, *, should_stop: StopCheck = never) -> int:
         return 0
     report = prune(engine, max_batches=1, max_pages=SWEEP_PAGES, should_stop=should_stop)
     again = report.more and report.archive_error is None
-    engine.stats.retention_due = now if again else now + timedelta(seconds=interval)
+    rest = rest_after(report.busy) if again else interval
+    engine.stats.retention_due = now + timedelta(seconds=rest)
     return report.count
