@@ -18,12 +18,12 @@ def e_reindex(ctx: Any, change: dict[str, Any]) -> Any:
     return change
 
 
-@durable.workflow(name="e_digest", on_event=["order.paid"], batch=(3, "1h"))
+@durable.workflow(name="e_digest", on_event=["batches.order.paid"], batch=(3, "1h"))
 def e_digest(ctx: Any, orders: list[dict[str, Any]]) -> Any:
     return [order["id"] for order in orders]
 
 
-@durable.workflow(name="e_receipt", on_event=["order.paid"])
+@durable.workflow(name="e_receipt", on_event=["batches.order.paid"])
 def e_receipt(ctx: Any, order: dict[str, Any]) -> Any:
     return order["id"]
 
@@ -51,7 +51,7 @@ def test_debounce_starts_one_run_with_the_last_event_once_events_stop():
 
 def test_batch_starts_one_run_per_size_events_and_a_partial_one_when_its_window_ends():
     with fake_clock() as clock:
-        results = [durable.publish_event("order.paid", {"id": i}, id=f"paid-{i}") for i in range(4)]
+        results = [durable.publish_event("batches.order.paid", {"id": i}, id=f"paid-{i}") for i in range(4)]
         # The plain subscriber still gets one run per event; the batch one a run at the third.
         assert [len(r.started) for r in results] == [1, 1, 2, 1]
         assert len(runs("e_receipt")) == 4
@@ -69,8 +69,8 @@ def test_batch_starts_one_run_per_size_events_and_a_partial_one_when_its_window_
 
 def test_an_event_published_twice_is_taken_into_a_batch_once():
     with fake_clock() as clock:
-        durable.publish_event("order.paid", {"id": 1}, id="same")
-        again = durable.publish_event("order.paid", {"id": 1}, id="same")
+        durable.publish_event("batches.order.paid", {"id": 1}, id="same")
+        again = durable.publish_event("batches.order.paid", {"id": 1}, id="same")
         assert again.duplicate and again.coalesced == [] and again.started == []
         clock.advance("1h")
         drive()
