@@ -25,6 +25,7 @@ from durable.exceptions import (
     InvalidRunState,
     NonDeterminismError,
     QueueFull,
+    QueueNotFound,
     RunFailed,
     RunNotFound,
     ScheduleExists,
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
         update,
         wait_for_run,
     )
+    from durable.queues import QueueInfo, configure_queue, get_queue, list_queues, pause_queue, resume_queue
     from durable.results import EventResult, RunInfo, RunPage, UpdateResult
     from durable.schedules.info import ScheduleInfo
     from durable.schedules.service import (
@@ -92,6 +94,8 @@ __all__ = [
     "NonDeterminismError",
     "Overlap",
     "QueueFull",
+    "QueueInfo",
+    "QueueNotFound",
     "RunFailed",
     "RunInfo",
     "RunNotFound",
@@ -112,22 +116,27 @@ __all__ = [
     "call",
     "cancel",
     "child_call",
+    "configure_queue",
     "create_schedule",
     "current_step",
     "delete_schedule",
     "fork",
     "get_event",
+    "get_queue",
     "get_run",
     "get_schedule",
     "heartbeat",
+    "list_queues",
     "list_runs",
     "list_schedules",
     "parse_duration",
+    "pause_queue",
     "pause_schedule",
     "publish_event",
     "redispatch_pending",
     "republish",
     "requeue",
+    "resume_queue",
     "resume_schedule",
     "retry_with_input",
     "signal",
@@ -143,6 +152,12 @@ __all__ = [
 ]
 
 _LAZY = {
+    "QueueInfo": "durable.queues",
+    "configure_queue": "durable.queues",
+    "get_queue": "durable.queues",
+    "list_queues": "durable.queues",
+    "pause_queue": "durable.queues",
+    "resume_queue": "durable.queues",
     "ScheduleInfo": "durable.schedules.info",
     "backfill_schedule": "durable.schedules.service",
     "create_schedule": "durable.schedules.service",

@@ -77,6 +77,10 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
 ``RETENTION_BATCH``       500. Runs deleted per transaction (with their rows).
 ``RETENTION_INTERVAL``    10m. How often a sweeper looks for expired runs (at
                           once again while it finds full batches).
+``QUEUES``                {}. Limits of step queues, by queue name:
+                          ``{"payments": {"concurrency": 5, "rate": "20/s",
+                          "key_concurrency": 1}}``. A queue named here admits
+                          its steps through the database (docs: Flow control).
 """
 
 from __future__ import annotations
@@ -89,6 +93,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from durable.engine import retention
 from durable.engine.durations import to_seconds
+from durable.engine.plan_queues import QueueLimits, parse_limits
 from durable.exceptions import InvalidInput
 
 TRANSPORTS = ("inline", "celery", "manual")
@@ -124,6 +129,7 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION_ARCHIVE": None,
     "RETENTION_BATCH": 500,
     "RETENTION_INTERVAL": 600.0,
+    "QUEUES": {},
 }
 
 _DURATIONS = (
@@ -181,6 +187,8 @@ class DurableSettings:
     retention_archive: str | None = None
     retention_batch: int = 500
     retention_interval: float = 600.0
+    # Limited step queues by name (DURABLE["QUEUES"]); a queue not named here has no limits.
+    queues: dict[str, QueueLimits] = field(default_factory=dict)
 
 
 def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
@@ -220,6 +228,7 @@ def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
         if not isinstance(values[key], str) or not values[key]:
             found.append(f"settings.DURABLE[{key!r}] must be a non-empty string")
     _retention(values, found)
+    values["QUEUES"] = _queues(values["QUEUES"], found)
     return values, found
 
 
@@ -241,6 +250,23 @@ def _retention(values: dict[str, Any], found: list[str]) -> None:
             "settings.DURABLE['RETENTION_ARCHIVE'] must be the dotted path of a callable "
             f"('myapp.archive.write_runs') or None, got {archive!r}"
         )
+
+
+def _queues(raw: Any, found: list[str]) -> dict[str, QueueLimits]:
+    """``DURABLE["QUEUES"]`` parsed: limits by queue name; problems appended to ``found``."""
+    if not isinstance(raw, dict):
+        found.append(f"settings.DURABLE['QUEUES'] must be a dict of queue name to limits, got {raw!r}")
+        return {}
+    queues: dict[str, QueueLimits] = {}
+    for name, limits in raw.items():
+        if not isinstance(name, str) or not name or len(name) > 200:
+            found.append(f"settings.DURABLE['QUEUES']: a queue name must be a non-empty string, got {name!r}")
+            continue
+        try:
+            queues[name] = parse_limits(limits, f"settings.DURABLE['QUEUES'][{name!r}]")
+        except InvalidInput as exc:
+            found.append(str(exc))
+    return queues
 
 
 def parse(raw: Any) -> DurableSettings:
@@ -278,6 +304,7 @@ def parse(raw: Any) -> DurableSettings:
         retention_archive=values["RETENTION_ARCHIVE"],
         retention_batch=values["RETENTION_BATCH"],
         retention_interval=values["RETENTION_INTERVAL"],
+        queues=values["QUEUES"],
     )
 
 

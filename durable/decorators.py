@@ -241,6 +241,7 @@ def step(
     backoff: BackoffSpec = None,
     timeout: Duration | None = None,
     compensate: Any = None,
+    key: Callable[..., Any] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -254,6 +255,7 @@ def step(
     backoff: BackoffSpec = None,
     timeout: Duration | None = None,
     compensate: Any = None,
+    key: Callable[..., Any] | None = None,
 ) -> Any:
     """Register a step: a plain function a workflow runs with ``ctx.step(fn, *args)``.
 
@@ -261,8 +263,11 @@ def step(
     serving that queue (default: the transport's default queue);
     ``retries`` and ``backoff`` set the retry policy; ``timeout`` bounds one
     attempt; ``compensate`` (a step, or a function of ``(input, output)``) undoes
-    it when a run fails after it completed. The function is returned unchanged
-    and can still be called directly.
+    it when a run fails after it completed. ``key`` (a function of the step's
+    arguments returning a string) names the key a call counts against for the
+    ``key_concurrency`` limit and the round robin of a limited queue
+    (``DURABLE["QUEUES"]``); a call can name its own with ``queue_key=``. The
+    function is returned unchanged and can still be called directly.
     """
 
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -277,7 +282,10 @@ def step(
             backoff=make_backoff(backoff),
             timeout=_opt_seconds(timeout, "step timeout"),
             compensate=compensate,
+            key=key,
         )
+        if key is not None and not callable(key):
+            raise ConfigurationError(f"step {step_name!r}: key must be a function of the step's arguments")
         if compensate is not None and not callable(compensate):
             raise ConfigurationError(f"step {step_name!r}: compensate must be a step or a function")
         runtime.registry.add_step(sd)

@@ -200,3 +200,7 @@ class QueueFull(DurableError):
             f"workflow {workflow!r} already has {limit + max_queue_depth} runs for singleton key {key!r} "
             f"({limit} running at most, {max_queue_depth} waiting at most); try again later"
         )
+
+
+class QueueNotFound(DurableError, LookupError):
+    """No limited step queue of that name: ``DURABLE["QUEUES"]`` does not name it."""

@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 # Re-exported: the dashboard and older imports read the statuses from here.
 from durable.engine.vocab import ACTIVE as ACTIVE
 from durable.engine.vocab import TERMINAL as TERMINAL
+from durable.engine.vocab import Admission as Admission
 from durable.engine.vocab import CheckpointKind as CheckpointKind
 from durable.engine.vocab import CheckpointStatus as CheckpointStatus
 from durable.engine.vocab import RunStatus as RunStatus
@@ -55,6 +56,8 @@ CHECKPOINT_KIND_LABELS = {
 }
 RUN_STATUS_CHOICES = [(status.value, label) for status, label in RUN_STATUS_LABELS.items()]
 CHECKPOINT_STATUS_CHOICES = [(status.value, label) for status, label in CHECKPOINT_STATUS_LABELS.items()]
+ADMISSION_LABELS = {Admission.WAITING: _("Waiting for its queue"), Admission.ADMITTED: _("Admitted")}
+ADMISSION_CHOICES = [(value.value, label) for value, label in ADMISSION_LABELS.items()]
 CHECKPOINT_KIND_CHOICES = [(kind.value, label) for kind, label in CHECKPOINT_KIND_LABELS.items()]
 
 
@@ -209,6 +212,11 @@ class Checkpoint(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     progress = models.JSONField(null=True, blank=True)
     events = models.JSONField(default=list, blank=True)
+    # A step of a limited queue (DURABLE["QUEUES"]): its key (key_concurrency, fairness), where
+    # it stands with its queue (None for other steps) and when its last admission let it start.
+    queue_key = models.CharField(max_length=255, null=True, blank=True)
+    admission = models.CharField(max_length=16, choices=ADMISSION_CHOICES, null=True, blank=True)
+    admitted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ("run_id", "seq")
@@ -219,6 +227,23 @@ class Checkpoint(models.Model):
                 fields=["status", "wake_at"],
                 name="durable_cp_step_due",
                 condition=models.Q(kind="step", status__in=["pending", "running"]),
+            ),
+            # a limited queue's slot holders and waiting steps (other steps are not in it)
+            models.Index(
+                fields=["queue", "admission"],
+                name="durable_cp_queue_open",
+                condition=models.Q(admission__isnull=False, status__in=["pending", "running"]),
+            ),
+            # when each key of a limited queue was last admitted (round robin), admissions per minute
+            models.Index(
+                fields=["queue", "queue_key", "admitted_at"],
+                name="durable_cp_queue_served",
+                condition=models.Q(admitted_at__isnull=False),
+            ),
+            models.Index(
+                fields=["queue", "admitted_at"],
+                name="durable_cp_queue_admitted",
+                condition=models.Q(admitted_at__isnull=False),
             ),
         ]
 
@@ -392,3 +417,26 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class Queue(models.Model):
+    """A limited step queue's runtime state: overrides of its limits, paused, its rate's next start.
+
+    ``DURABLE["QUEUES"]`` gives the limits; a limit named in ``overrides``
+    wins over the setting (None there turns it off). Admission locks this
+    row, so it is also what serialises admitters of one queue. Written only
+    through :mod:`durable.store` (admission, :func:`durable.queues.configure`).
+    """
+
+    name = models.CharField(primary_key=True, max_length=200)
+    overrides = models.JSONField(default=dict, blank=True)
+    paused = models.BooleanField(default=False)
+    # The earliest start the rate limit grants next (spacing starts one interval apart).
+    rate_next_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(default=clock_now)
+
+    class Meta:
+        ordering = ("name",)
+
+    def __str__(self) -> str:
+        return self.name + (" (paused)" if self.paused else "")

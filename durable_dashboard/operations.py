@@ -22,6 +22,7 @@ from durable.exceptions import (
     InvalidInput,
     InvalidRunState,
     QueueFull,
+    QueueNotFound,
     RunNotFound,
     ScheduleExists,
     ScheduleNotFound,
@@ -37,6 +38,7 @@ class UpdateRejected(DurableError):
 ERROR_CODES: tuple[tuple[type[Exception], str], ...] = (
     (RunNotFound, "run_not_found"),
     (ScheduleNotFound, "schedule_not_found"),
+    (QueueNotFound, "queue_not_found"),
     (ScheduleExists, "schedule_exists"),
     (EventNotSet, "event_not_set"),
     (UpdateRejected, "update_rejected"),

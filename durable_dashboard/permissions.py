@@ -22,6 +22,8 @@ from durable_dashboard.models import ACTION_PERMISSIONS, SCHEDULE_PERMISSIONS, N
 
 VIEW_PERMISSION = "durable.view_run"
 VIEW_SCHEDULES = "durable.view_schedule"
+VIEW_QUEUES = "durable.view_queue"
+CHANGE_QUEUES = "durable.change_queue"
 
 
 def action_permission(action: str) -> str:
@@ -44,6 +46,13 @@ def can_schedule(user: Any, action: str | None = None) -> bool:
     if not (user and user.is_active and user.has_perm(VIEW_SCHEDULES)):
         return False
     return action is None or bool(user.has_perm(schedule_permission(action)))
+
+
+def can_queue(user: Any, change: bool = False) -> bool:
+    """Whether ``user`` may see limited queues and, with ``change``, change them (limits, pause)."""
+    if not (user and user.is_active and user.has_perm(VIEW_QUEUES)):
+        return False
+    return not change or bool(user.has_perm(CHANGE_QUEUES))
 
 
 def allowed_namespaces(user: Any) -> frozenset[str] | None:
@@ -105,6 +114,18 @@ class CanManageSchedules(BasePermission):
             return True
         needed = schedule_permission(action) if action else VIEW_SCHEDULES
         self.message = f"You do not have permission to {(action or 'view_schedule').replace('_', ' ')}s ({needed})."
+        return False
+
+
+class CanManageQueues(BasePermission):
+    """DRF: ``durable.view_queue``, and ``durable.change_queue`` for a change."""
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        change = view.queue_action() is not None
+        if can_queue(request.user, change):
+            return True
+        needed = CHANGE_QUEUES if change else VIEW_QUEUES
+        self.message = f"You do not have permission to {'change' if change else 'view'} queues ({needed})."
         return False
 
 

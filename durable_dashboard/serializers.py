@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
+from durable.models import Admission, BufferedSignal, Checkpoint, CheckpointStatus, Run, SignalWaiter
+from durable.queues import step_wait_reason
 from durable_dashboard import conf
 from durable_dashboard.filters import RunFilter
 
@@ -82,6 +85,16 @@ class RunSerializer(serializers.ModelSerializer[Run]):
 
 
 class CheckpointSerializer(serializers.ModelSerializer[Checkpoint]):
+    wait_reason = serializers.SerializerMethodField(
+        help_text="Why a step of a limited queue still waits for its admission (null otherwise)."
+    )
+
+    @extend_schema_field(OpenApiTypes.STR)
+    def get_wait_reason(self, cp: Checkpoint) -> str | None:
+        if cp.admission != Admission.WAITING or cp.status != CheckpointStatus.PENDING:
+            return None
+        return step_wait_reason(cp.queue, cp.queue_key)
+
     class Meta:
         model = Checkpoint
         fields = (
@@ -97,6 +110,10 @@ class CheckpointSerializer(serializers.ModelSerializer[Checkpoint]):
             "retry_at",
             "timeout_at",
             "queue",
+            "queue_key",
+            "admission",
+            "admitted_at",
+            "wait_reason",
             "dispatches",
             "enqueued_at",
             "started_at",

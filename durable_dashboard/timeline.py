@@ -14,7 +14,8 @@ from typing import Any
 
 from durable.display import RECONCILE, WAIT_KINDS, format_duration, wake_reason
 from durable.engine.vocab import EVENT_TOKEN, RUN_TOKEN, UNSETTLED, UPDATE_TOKEN, RunStatus
-from durable.models import ACTIVE, Checkpoint, CheckpointKind, CheckpointStatus, Run
+from durable.models import ACTIVE, Admission, Checkpoint, CheckpointKind, CheckpointStatus, Run
+from durable.queues import step_wait_reason
 
 
 def pretty(value: Any) -> str:
@@ -179,6 +180,8 @@ def waiting_on(
             items.append({"kind": "timer", "what": cp.name, "due": cp.wake_at, "seq": cp.seq})
         elif cp.kind == CheckpointKind.STEP:
             what = f"{cp.name} ({cp.status}, attempt {cp.attempts or 1}, queue {cp.queue or 'default'})"
+            if cp.admission == Admission.WAITING and cp.status == CheckpointStatus.PENDING:
+                what += f": waiting, {step_wait_reason(cp.queue, cp.queue_key)}"
             items.append({"kind": CheckpointKind.STEP, "what": what, "due": cp.retry_at, "seq": cp.seq})
         elif cp.kind in (CheckpointKind.SIGNAL, CheckpointKind.EVENT) and not any(i["seq"] == cp.seq for i in items):
             items.append({"kind": cp.kind, "what": cp.name, "due": cp.wake_at, "seq": cp.seq})

@@ -10,6 +10,7 @@ from django.urls import include, path, re_path
 from rest_framework.routers import SimpleRouter
 
 from durable_dashboard.probes import HealthView, MetricsView
+from durable_dashboard.queue_api import QueueViewSet
 from durable_dashboard.schedule_api import ScheduleViewSet
 from durable_dashboard.schema_views import SchemaView, SwaggerView
 from durable_dashboard.views import RunViewSet, WorkflowListView
@@ -19,6 +20,7 @@ app_name = "durable_api"
 router = SimpleRouter()
 router.register("runs", RunViewSet, basename="run")
 router.register("schedules", ScheduleViewSet, basename="schedule")
+router.register("queues", QueueViewSet, basename="queue")
 
 
 def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResponse:

@@ -24,6 +24,7 @@ from durable.client.authoring import AuthoringMixin
 from durable.client.base import after_commit
 from durable.client.messages import MessagesMixin
 from durable.client.repairs import RepairsMixin
+from durable.engine import admission
 from durable.engine.current_step import StepInfo
 from durable.engine.current_step import current_step as _current_step
 from durable.engine.current_step import heartbeat as _heartbeat
@@ -140,6 +141,8 @@ class Client(MessagesMixin, RepairsMixin, AuthoringMixin):
             self._dispatch_after_commit(list(result.woken))
             if result.cancelled:
                 after_commit(lambda: engine.emit_settled(RunStatus.CANCELLED, result.cancelled))
+                # Steps of cancelled runs hold no slot any more: limited queues admit their next steps.
+                after_commit(lambda: admission.admit_next(engine, engine.settings.queues))
         return result.done
 
     def heartbeat(self, progress: Any = None) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from durable.engine import observe, turn
+from durable.engine import admission, observe, turn
 from durable.engine.current_step import StepInfo, running
 from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.ports import ClaimCheck, StepClaim
@@ -56,7 +56,7 @@ def execute_step(
         sd = engine.registry.get_step(claim.name)
     except StepNotFound as exc:
         error = error_record(exc, code="step_not_registered", retryable=False)
-        _settle(engine, run_id, seq, continue_turn, mine, error=error)
+        _settle(engine, run_id, seq, continue_turn, mine, claim.queue, error=error)
         return StepResult.FAILED
 
     hold = engine.keeper.hold(
@@ -77,16 +77,20 @@ def execute_step(
         if delay is not None:
             retry_at = engine.clock.now() + timedelta(seconds=delay)
             store.finish_step(run_id, seq, engine.clock.now(), error=err, retry_at=retry_at, claim=mine)
-            engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay)
+            if admission.limited(engine, claim.queue):
+                # Its slot is free and it waits again: the sweep admits it once the retry is due.
+                admission.admit_next(engine, [claim.queue])
+            else:
+                engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay)
             span.end(StepResult.RETRYING)
             return StepResult.RETRYING
         span.end(StepResult.FAILED)
-        _settle(engine, run_id, seq, continue_turn, mine, error=err)
+        _settle(engine, run_id, seq, continue_turn, mine, claim.queue, error=err)
         return StepResult.FAILED
     finally:
         hold.release()
     span.end(StepResult.COMPLETED)
-    _settle(engine, run_id, seq, continue_turn, mine, output=output)
+    _settle(engine, run_id, seq, continue_turn, mine, claim.queue, output=output)
     return StepResult.COMPLETED
 
 
@@ -114,6 +118,7 @@ def _settle(
     seq: int,
     inline: bool,
     claim: ClaimCheck,
+    queue: str | None,
     *,
     output: Any = None,
     error: dict[str, Any] | None = None,
@@ -122,7 +127,8 @@ def _settle(
 
     Inline, the result write also takes the run's lease when it wakes it, and
     this worker runs the next turn at once (no wake write, no acquire, no
-    hop). Otherwise the next turn is dispatched.
+    hop). Otherwise the next turn is dispatched. A step of a limited queue
+    freed its slot with that write: the next waiting step is admitted first.
     """
     now = engine.clock.now()
     if inline:
@@ -130,9 +136,13 @@ def _settle(
         run = engine.store.finish_step_and_acquire(
             run_id, seq, now, engine.owner, lease_until, output=output, error=error, claim=claim
         )
+        admission.admit_next(engine, [queue])
         if run is not None:
             turn.run_turn(engine, run_id, acquired=run)
-    elif engine.store.finish_step(run_id, seq, now, output=output, error=error, claim=claim):
+        return
+    woken = engine.store.finish_step(run_id, seq, now, output=output, error=error, claim=claim)
+    admission.admit_next(engine, [queue])
+    if woken:
         engine.transport.dispatch_turn(run_id)
 
 

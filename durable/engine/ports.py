@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from durable.engine.plan_fork import ForkPlan
+    from durable.engine.plan_queues import QueueAdmissionPlan, QueueAdmitted
     from durable.engine.retention import Evicted, ExpiredRun, ExpiryRule
     from durable.schedules.plan import ScheduleApplied, SchedulePlan, ScheduleRecord
 
@@ -28,6 +29,8 @@ from durable.engine.records import (
     CommitResult,
     LeasesExpired,
     Outcome,
+    QueueRecord,
+    QueueStats,
     RunRecord,
     StepClaim,
     TurnWrites,
@@ -45,6 +48,8 @@ __all__ = [
     "CommitResult",
     "LeasesExpired",
     "Outcome",
+    "QueueRecord",
+    "QueueStats",
     "RunRecord",
     "StepClaim",
     "Store",
@@ -261,6 +266,13 @@ class Store(Protocol):
     def admit_run(self, fields: dict[str, Any], max_queue_depth: int | None, now: datetime) -> Admitted: ...
     def hand_over(self, workflow: str, key: str, now: datetime) -> list[str]: ...
     def waiting_keys(self, limit: int) -> list[tuple[str, str]]: ...
+    # limited step queues (DURABLE["QUEUES"]; durable.engine.plan_queues): admission under the queue row's lock
+    def admit_steps(self, plan: QueueAdmissionPlan) -> QueueAdmitted: ...
+    def queue_rows(self) -> dict[str, QueueRecord]: ...
+    def configure_queue(
+        self, name: str, now: datetime, *, overrides: dict[str, Any] | None = None, paused: bool | None = None
+    ) -> QueueRecord: ...
+    def queue_stats(self, name: str, now: datetime, key: str | None = None) -> QueueStats: ...
     def atomic(self) -> Any: ...
     # Can turns of different runs write at the same time? (False: one writer at a time,
     # so running a page's turns on several threads would only queue them on one lock.)

@@ -75,6 +75,9 @@ class CheckpointRecord:
     finished_at: datetime | None = None
     # The worker executing a dispatched step (set when it is claimed).
     locked_by: str | None = None
+    # A step of a limited queue: its key, and where it stands with the queue (vocab.Admission).
+    queue_key: str | None = None
+    admission: str | None = None
 
 
 @dataclass
@@ -215,6 +218,28 @@ class StepClaim:
     ready_at: datetime | None = None  # since when it waited: its retry's due time, else its dispatch
     workflow: str | None = None
     trace_context: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class QueueRecord:
+    """A limited queue's stored row: limit overrides (a None value turns that limit off), paused."""
+
+    name: str
+    overrides: dict[str, Any]
+    paused: bool
+    updated_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class QueueStats:
+    """A limited queue now: slots held, steps waiting, the oldest waiting arrival, admissions in the last minute."""
+
+    running: int
+    waiting: int
+    oldest_waiting: datetime | None
+    admitted_last_minute: int
+    # Slots held by steps of the key asked about (queue_stats(..., key)); 0 when none was.
+    key_running: int = 0
 
 
 @dataclass(frozen=True)

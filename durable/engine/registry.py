@@ -64,6 +64,8 @@ class StepDef:
     backoff: Backoff = field(default_factory=Backoff)
     timeout: float | None = None
     compensate: Any = None
+    # A limited queue's key of a call: a function of the step's arguments (DURABLE["QUEUES"]).
+    key: Callable[..., Any] | None = None
 
     @property
     def route(self) -> str | None:

@@ -116,3 +116,15 @@ class StepResult(StrEnum):
     RETRYING = "retrying"
     # Nothing to run: settled, in flight elsewhere, not due yet, or the run is over.
     SKIPPED = "skipped"
+
+
+class Admission(StrEnum):
+    """Where a dispatched step of a limited queue (``DURABLE["QUEUES"]``) stands with its queue.
+
+    ``waiting``: not admitted yet (its checkpoint stays ``pending``); ``admitted``:
+    it holds one of the queue's slots while its checkpoint is unsettled and its
+    lease (``wake_at``) has not lapsed. Steps of other queues have none.
+    """
+
+    WAITING = "waiting"
+    ADMITTED = "admitted"

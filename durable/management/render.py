@@ -9,6 +9,7 @@ from typing import Any
 
 from durable.display import format_duration, format_time, wake_reason
 from durable.engine.ports import CheckpointRecord
+from durable.engine.vocab import Admission, CheckpointStatus
 from durable.results import RunInfo
 
 ERROR_WIDTH = 60
@@ -73,6 +74,15 @@ def _wake(run: RunInfo, history: list[CheckpointRecord]) -> str:
     return f"{format_time(run.wake_at)} ({wake_reason(run.wake_at, history)[1]})"
 
 
+def _status(cp: CheckpointRecord) -> str:
+    """A checkpoint's status; a step of a limited queue waiting for its admission says why."""
+    if cp.admission != Admission.WAITING or cp.status != CheckpointStatus.PENDING:
+        return cp.status
+    from durable.queues import step_wait_reason
+
+    return f"{cp.status} (waiting: {step_wait_reason(cp.queue, cp.queue_key)})"
+
+
 def run_text(run: RunInfo, history: list[CheckpointRecord]) -> str:
     """One run: its fields, then its history as a timeline (one line per position)."""
     fields = [
@@ -105,7 +115,7 @@ def run_text(run: RunInfo, history: list[CheckpointRecord]) -> str:
             format_time(cp.started_at or cp.enqueued_at),
             cp.kind,
             cp.name,
-            cp.status,
+            _status(cp),
             str(cp.attempts),
             _duration(cp.started_at, cp.finished_at),
             error_summary(cp.error) or (_compact(cp.output, 60) if cp.output is not None else ""),

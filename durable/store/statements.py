@@ -25,7 +25,7 @@ from django.db.models import Field, JSONField
 
 from durable.engine.plan import CHECKPOINT_UPDATABLE, STEP_RESULT_IGNORED, CommitPlan, StepResultPlan
 from durable.engine.ports import CheckpointRecord
-from durable.engine.vocab import SETTLED, UNSETTLED, CheckpointKind, CheckpointStatus, RunStatus
+from durable.engine.vocab import SETTLED, UNSETTLED, Admission, CheckpointKind, CheckpointStatus, RunStatus
 from durable.models import Checkpoint, Run, Schedule, SignalWaiter
 from durable.schedules.plan import FIRE_COLUMNS, SchedulePlan
 
@@ -136,7 +136,7 @@ PG_POKE_IF_SETTLED = (
     f"AND {q('status')} IN ({_in(SETTLED)})) RETURNING 1"
 )
 # Claim a pending, due step of an active run, locking the checkpoint row only.
-# Params: owner, lease_until, now, run_id, seq, now, run statuses.
+# Params: owner, lease_until, now, run_id, seq, now, run statuses, now, now.
 PG_CLAIM_STEP = (
     f"UPDATE {CP_TABLE} c SET {q('status')} = '{CheckpointStatus.RUNNING}', "
     f"{q('attempts')} = c.{q('attempts')} + 1, {q('locked_by')} = %s, {q('wake_at')} = %s, "
@@ -145,6 +145,9 @@ PG_CLAIM_STEP = (
     f"AND c.{q('status')} = '{CheckpointStatus.PENDING}' "
     f"AND (c.{q('retry_at')} IS NULL OR c.{q('retry_at')} <= %s) AND r.{q('id')} = c.{q('run_id')} "
     f"AND r.{q('status')} = ANY(%s) "
+    # A limited queue's step only while admitted, its start reached, its admission's lease running.
+    f"AND (c.{q('admission')} IS NULL OR (c.{q('admission')} = '{Admission.ADMITTED}' "
+    f"AND c.{q('admitted_at')} <= %s AND c.{q('wake_at')} > %s)) "
     f"RETURNING c.{q('id')}, c.{q('name')}, c.{q('input')}, c.{q('attempts')}, r.{q('namespace')}, "
     f"c.{q('queue')}, COALESCE(c.{q('retry_at')}, c.{q('enqueued_at')}), r.{q('workflow')}, r.{q('trace_context')}"
 )

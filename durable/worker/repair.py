@@ -16,7 +16,7 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from durable.engine import lifecycle, logs
+from durable.engine import admission, lifecycle, logs
 from durable.engine.core import Engine
 from durable.engine.ports import ClaimCheck
 from durable.engine.retry import retry_delay
@@ -167,11 +167,22 @@ def recover_steps(engine: Engine, *, execute: bool = True, should_stop: StopChec
         if not store.lapse_step(run_id, seq, now, ClaimCheck(row["locked_by"], row["attempts"]), error, retry_at):
             continue  # another sweeper recorded it, or the attempt's result landed first
         done += 1
-        if delay is not None:
+        if admission.limited(engine, row["queue"]):
+            # Its slot is free (a retry waits for its admission again, once due).
+            admission.admit_next(engine, [row["queue"]])
+            if delay is None:
+                _turn(engine, run_id, execute)
+        elif delay is not None:
             engine.transport.dispatch_step(run_id, seq, row["queue"], delay=delay)
         else:
             _turn(engine, run_id, execute)
     return done
+
+
+def admit_queues(engine: Engine) -> int:
+    """Admit what each limited queue allows now: a rate's next starts, due retries, lapsed admissions,
+    a resumed queue or a raised limit, any trigger that was lost (see :mod:`durable.engine.admission`)."""
+    return admission.admit_due(engine)
 
 
 def _lapse_error(row: dict[str, Any], now: datetime) -> dict[str, Any]:

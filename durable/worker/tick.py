@@ -13,6 +13,7 @@ from durable.schedules.sweep import fire_due_schedules
 from durable.worker.announce import publish_lifecycle
 from durable.worker.due import Runner, StopCheck, admit_waiting, never, run_due_steps, wake_due_runs
 from durable.worker.repair import (
+    admit_queues,
     expire_timeouts,
     recheck_blocked,
     recover_orphans,
@@ -41,6 +42,8 @@ def tick(
     timed("orphans", lambda: recover_orphans(engine, execute=execute, should_stop=should_stop))
     timed("unblocked", lambda: recheck_blocked(engine))
     timed("steps_recovered", lambda: recover_steps(engine, execute=execute, should_stop=should_stop))
+    if engine.settings.queues:
+        timed("admitted", lambda: admit_queues(engine))
     if execute:
         timed("steps", lambda: run_due_steps(engine, should_stop=should_stop))
     else:

@@ -184,3 +184,7 @@ def traced(ctx: durable.WorkflowContext, x: int) -> int:
     approved = ctx.wait_signal("go")
     b = ctx.step(beta_double, a if approved else 0, None)
     return int(ctx.step(alpha_square, b, None))
+
+
+# The real-process tests of limited queues (tests/integration/test_queues.py).
+from tests.integration import queue_workflows as _queue_workflows  # noqa: E402,F401

@@ -52,6 +52,7 @@ SETTINGS = SimpleNamespace(
     retention_archive=None,
     retention_batch=500,
     retention_interval=600.0,
+    queues={},
 )
 
 

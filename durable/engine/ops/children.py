@@ -35,6 +35,7 @@ class Call:
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
     compensate: Any = None
+    queue_key: Any = None
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,13 @@ class ChildCall:
     run_id: str | None = None
 
 
-def call(step: Any, *args: Any, compensate: Any = None, **kwargs: Any) -> Call:
+def call(step: Any, *args: Any, compensate: Any = None, queue_key: Any = None, **kwargs: Any) -> Call:
     """Describe ``ctx.step(step, *args, **kwargs)`` for ``ctx.gather`` without running it.
 
-    ``compensate`` is reserved, as in ``ctx.step``: the undo of this call (default:
-    the step's own ``compensate=``).
+    ``compensate`` and ``queue_key`` are reserved, as in ``ctx.step``: the undo of
+    this call (default: the step's own ``compensate=``) and its key in a limited queue.
     """
-    return Call(step, args, kwargs, compensate)
+    return Call(step, args, kwargs, compensate, queue_key)
 
 
 def child_call(workflow: Any, input: Any = None, *, run_id: str | None = None) -> ChildCall:
@@ -205,7 +206,7 @@ class ChildOps(StepOps, WaitOps):
         sd = self._engine.registry.resolve_step(op.step)
         seq, cp = self._next(sd.name, STEP)
         if cp is None:
-            self._dispatch_step(seq, sd, op.args, op.kwargs)
+            self._dispatch_step(seq, sd, op.args, op.kwargs, op.queue_key)
             unfinished.append((seq, STEP, sd.name, None))
         elif cp.status == COMPLETED:
             results[index] = cp.output

@@ -14,16 +14,17 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
-from durable.engine import observe
+from durable.engine import admission, observe
 from durable.engine.current_step import StepInfo, running
 from durable.engine.history import COMPLETED, FAILED, PENDING, RUNNING
 from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.ops.base import OpsBase
+from durable.engine.plan_queues import step_key
 from durable.engine.ports import CheckpointRecord
 from durable.engine.registry import StepDef
 from durable.engine.retry import Backoff, BackoffSpec, check_retries, make_backoff, retry_delay
 from durable.engine.serialization import error_record, to_json
-from durable.engine.vocab import CheckpointKind, StepResult
+from durable.engine.vocab import Admission, CheckpointKind, StepResult
 from durable.exceptions import Blocked, InvalidInput, StepFailed
 
 LOCAL = CheckpointKind.LOCAL
@@ -130,7 +131,7 @@ class StepOps(OpsBase):
         )
         return value
 
-    def step(self, step: Any, *args: Any, compensate: Any = None, **kwargs: Any) -> Any:
+    def step(self, step: Any, *args: Any, compensate: Any = None, queue_key: Any = None, **kwargs: Any) -> Any:
         """Dispatch a registered step to a worker and return its result.
 
         The first time, a ``pending`` checkpoint is written and the step is
@@ -139,7 +140,10 @@ class StepOps(OpsBase):
         raises :class:`~durable.StepFailed`). Arguments must be JSON.
         ``compensate`` (a step or a function of ``(input, output)``; default:
         the step's own ``compensate=``) undoes it if the run later fails.
-        ``compensate`` is therefore a reserved keyword for step arguments.
+        ``queue_key`` names the key this call counts against in a limited
+        queue (``key_concurrency`` and the round robin; default: the step's
+        own ``key=`` applied to the arguments). ``compensate`` and
+        ``queue_key`` are therefore reserved keywords for step arguments.
         """
         engine = self._engine
         sd = engine.registry.resolve_step(step)
@@ -153,9 +157,11 @@ class StepOps(OpsBase):
                 raise StepFailed(sd.name, seq, cp.error or {}, cp.attempts)
             self._port.await_step(seq)
             raise self._suspend(event=True)
-        if engine.settings.eager_steps and sd.route in engine.eager_routes and not sd.timeout:
+        # A step of a limited queue always waits for its admission (never run eagerly).
+        eager = engine.settings.eager_steps and sd.route in engine.eager_routes and not sd.timeout
+        if eager and not admission.limited(engine, sd.route):
             return self._run_here(seq, sd, args, kwargs, undo)
-        self._dispatch_step(seq, sd, args, kwargs)
+        self._dispatch_step(seq, sd, args, kwargs, queue_key)
         raise self._suspend(event=True)
 
     def _step_span(self, seq: int, name: str, attempt: int, queue: str | None, mode: str) -> Span:
@@ -166,8 +172,14 @@ class StepOps(OpsBase):
         attributes.update(attempt=attempt, queue=queue, mode=mode)
         return self._engine.observer.begin(observe.STEP, attributes, parent=self._port.span)
 
-    def _dispatch_step(self, seq: int, sd: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        """Write the pending checkpoint of a dispatched step and announce it after commit."""
+    def _dispatch_step(
+        self, seq: int, sd: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], queue_key: Any = None
+    ) -> None:
+        """Write the pending checkpoint of a dispatched step and announce it after commit.
+
+        A step of a limited queue is written ``waiting`` with its key, and its
+        queue's admission is asked after that commit instead.
+        """
         payload = to_json({"args": list(args), "kwargs": kwargs}, f"arguments of step {sd.name!r}")
         port = self._port
         # Checked before the pending write: a step nobody can run parks the run.
@@ -185,6 +197,9 @@ class StepOps(OpsBase):
             )
         now = self._clock.now()
         engine = self._engine
+        if admission.limited(engine, sd.route):
+            self._enqueue_limited(seq, sd, payload, now, self._call_key(sd, args, kwargs, queue_key))
+            return
         step_lease = engine.settings.step_lease
         # With lost-dispatch self-heal on, a sweep re-dispatches the step if no
         # worker has taken it by then.
@@ -196,6 +211,26 @@ class StepOps(OpsBase):
         )
         run_id = self.run_id
         port.after_commit(lambda: engine.transport.dispatch_step(run_id, seq, sd.route))
+
+    def _call_key(self, sd: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], queue_key: Any) -> str | None:
+        """The key a call of a limited queue's step counts against: ``queue_key=``, else the step's ``key``."""
+        where = f"step {sd.name!r}"
+        if queue_key is not None or sd.key is None:
+            return step_key(queue_key, where)
+        try:
+            value = sd.key(*args, **kwargs)
+        except Exception as exc:
+            raise InvalidInput(f"{where}: its key function raised {exc!r}") from exc
+        return step_key(value, where)
+
+    def _enqueue_limited(self, seq: int, sd: StepDef, payload: Any, now: Any, key: str | None) -> None:
+        """The step waits in its queue (no wake: only an admission sends it); admission is asked after commit."""
+        engine = self._engine
+        fields = {"input": payload, "queue": sd.route, "enqueued_at": now, "queue_key": key}
+        self._port.defer(
+            self._history.step_record(seq, sd.name, PENDING, create=True, admission=Admission.WAITING, **fields)
+        )
+        self._port.after_commit(lambda: admission.admit_next(engine, [sd.route]))
 
     def _run_here(self, seq: int, sd: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], undo: Any) -> Any:
         """Run a dispatched step in this worker, during the turn (``EAGER_STEPS``).

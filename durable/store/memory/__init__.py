@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 from durable.store.memory.authoring import AuthoringPart
 from durable.store.memory.events import EventsPart
 from durable.store.memory.listing import ListingPart
+from durable.store.memory.queues import QueuesPart
 from durable.store.memory.retention import RetentionPart
 from durable.store.memory.runs import RunsPart
 from durable.store.memory.schedules import SchedulesPart
@@ -40,6 +41,7 @@ class MemoryStore(
     ListingPart,
     RetentionPart,
     SingletonsPart,
+    QueuesPart,
 ):
     """:class:`durable.engine.ports.Store` in memory (see the module docstring)."""
 

@@ -255,7 +255,9 @@ class RunsPart(MemoryBase):
         pending = [
             history[s]
             for s in sorted(history)
-            if history[s]["kind"] == CheckpointKind.STEP and history[s]["status"] == CheckpointStatus.PENDING
+            if history[s]["kind"] == CheckpointKind.STEP
+            and history[s]["status"] == CheckpointStatus.PENDING
+            and history[s]["admission"] is None  # a limited queue's steps are sent by their admission only
         ]
         for cp in pending:
             self.tables.set(cp, wake_at=new_wake, retry_at=None, dispatches=cp["dispatches"] + 1)

@@ -7,8 +7,9 @@ from datetime import datetime
 from typing import Any
 
 from durable.engine.plan import StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
+from durable.engine.plan_queues import claimable
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
-from durable.engine.vocab import SETTLED, CheckpointStatus
+from durable.engine.vocab import SETTLED, Admission, CheckpointStatus
 from durable.store.memory.base import MemoryBase, atomically
 from durable.store.memory.tables import CHECKPOINT_JSON, Row, as_json, run_record
 
@@ -41,6 +42,8 @@ class StepsPart(MemoryBase):
             return None
         if cp["retry_at"] is not None and cp["retry_at"] > now:
             return None  # a retry that is not due yet
+        if not claimable(cp["admission"], cp["admitted_at"], cp["wake_at"], now):
+            return None  # a step of a limited queue not admitted (or no longer)
         run = self.tables.runs.get(run_id)
         if run is None or run["status"] not in plan.run_statuses:
             return None
@@ -116,6 +119,8 @@ class StepsPart(MemoryBase):
         if cp is None or cp["status"] not in plan.open or (plan.claim is not None and not plan.claim.holds(cp)):
             return False
         self.tables.set(cp, **{k: as_json(v) if k in CHECKPOINT_JSON else v for k, v in plan.sets.items()})
+        if plan.retry and cp["admission"] is not None:
+            self.tables.set(cp, admission=Admission.WAITING)  # its slot is given back until admitted again
         return True
 
     @atomically

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from durable.engine.plan import plan_lease_expiry
+from durable.engine.plan_queues import claimable
 from durable.engine.ports import LeasesExpired, RunRecord
 from durable.engine.vocab import ACTIVE, UNSETTLED, CheckpointKind, CheckpointStatus, RunStatus
 from durable.store.memory.base import MemoryBase, atomically, dead_letter, locked
@@ -64,7 +65,9 @@ class SweepsPart(MemoryBase):
         rows = [
             cp
             for cp in self._steps(CheckpointStatus.PENDING)
-            if self._active(cp["run_id"]) and (cp["retry_at"] is None or cp["retry_at"] <= now)
+            if self._active(cp["run_id"])
+            and (cp["retry_at"] is None or cp["retry_at"] <= now)
+            and claimable(cp["admission"], cp["admitted_at"], cp["wake_at"], now)
         ]
         rows.sort(key=lambda cp: (cp["enqueued_at"] is None, cp["enqueued_at"] or now, cp["id"]))
         return [(cp["run_id"], cp["seq"], cp["queue"]) for cp in rows[:limit]]
@@ -181,7 +184,10 @@ class SweepsPart(MemoryBase):
         rows = [
             cp
             for cp in self._steps(CheckpointStatus.PENDING)
-            if cp["wake_at"] is not None and cp["wake_at"] <= now and self._active(cp["run_id"])
+            if cp["wake_at"] is not None
+            and cp["wake_at"] <= now
+            and self._active(cp["run_id"])
+            and cp["admission"] is None  # a limited queue's steps are sent by their admission
         ]
         rows.sort(key=lambda cp: (cp["wake_at"], cp["id"]))
         return [{name: cp[name] for name in _LOST_STEP} for cp in rows[:limit]]

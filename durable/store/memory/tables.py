@@ -103,7 +103,7 @@ def new_run(fields: Row, now: datetime) -> Row:
 def new_checkpoint(run_id: str, record: CheckpointRecord, row_id: int) -> Row:
     """The row of a new checkpoint from its record (dispatch counters and trail start empty)."""
     row: Row = {name: getattr(record, name) for name in _CP_RECORD}
-    row.update(id=row_id, run_id=run_id, dispatches=0, heartbeat_at=None, progress=None, events=[])
+    row.update(id=row_id, run_id=run_id, dispatches=0, heartbeat_at=None, progress=None, events=[], admitted_at=None)
     for name in CHECKPOINT_JSON:
         row[name] = as_json(row[name])
     return row
@@ -142,6 +142,7 @@ class Tables:
         self.schedules: dict[str, Row] = {}
         # Singleton keys by (workflow, key): {"limit": ..., "tail": ...}.
         self.slots: dict[tuple[str, str], Row] = {}
+        self.queues: dict[str, Row] = {}
         self._ids = itertools.count(1)
         self._undo: list[tuple[dict[Any, Any], Any, Any]] = []
 

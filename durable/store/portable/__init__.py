@@ -15,6 +15,7 @@ from durable.store.portable.due_work import DueWork
 from durable.store.portable.event_rows import EventRows
 from durable.store.portable.fleet_rows import FleetRows
 from durable.store.portable.histories import HistoryRows
+from durable.store.portable.queue_rows import QueueRows
 from durable.store.portable.retention_rows import RetentionRows
 from durable.store.portable.run_reads import RunReads
 from durable.store.portable.run_rows import RunRows
@@ -36,6 +37,7 @@ class PortableStore(
     FleetRows,
     RetentionRows,
     SingletonRows,
+    QueueRows,
 ):
     """:class:`durable.engine.ports.Store` on the Django ORM; see :mod:`durable.store`."""
 

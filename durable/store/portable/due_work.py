@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import F, Min, Q
 
 from durable.engine.ports import RunRecord
-from durable.engine.vocab import ACTIVE, UNSETTLED, CheckpointKind, CheckpointStatus, RunStatus
+from durable.engine.vocab import ACTIVE, UNSETTLED, Admission, CheckpointKind, CheckpointStatus, RunStatus
 from durable.models import Checkpoint, Run, SignalWaiter
 from durable.store.portable.shared import StoreBase, run_record, ts
 from durable.store.statements import CLAIM_DUE_PAGE, CLAIM_PENDING_PAGE, claim_page_params
@@ -69,6 +69,8 @@ class DueWork(StoreBase):
         rows = (
             Checkpoint.objects.filter(kind=CheckpointKind.STEP, status=CheckpointStatus.PENDING, run__status__in=ACTIVE)
             .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
+            # A limited queue's step only once admitted and its granted start reached.
+            .filter(Q(admission__isnull=True) | Q(admission=Admission.ADMITTED, admitted_at__lte=now, wake_at__gt=now))
             .order_by("enqueued_at")
             .values_list("run_id", "seq", "queue")[:limit]
         )
@@ -185,6 +187,8 @@ class DueWork(StoreBase):
             Checkpoint.objects.filter(
                 kind=CheckpointKind.STEP, status=CheckpointStatus.PENDING, wake_at__lte=now, run__status__in=ACTIVE
             )
+            # A limited queue's steps are sent by their admission (a lapsed one is admitted again).
+            .filter(admission__isnull=True)
             .order_by("wake_at")
             .values("run_id", "seq", "name", "queue", "dispatches", "wake_at", "retry_at")[:limit]
         )

@@ -255,8 +255,9 @@ class RunRows(StoreBase):
                 raise RunNotFound(f"no run with id {run_id!r}")
             if status not in ACTIVE:
                 raise InvalidRunState(f"run {run_id!r} is {status}; its steps are not dispatched any more")
+            # A limited queue's steps are sent by their admission only (never re-sent here).
             pending = Checkpoint.objects.filter(
-                run_id=run_id, kind=CheckpointKind.STEP, status=CheckpointStatus.PENDING
+                run_id=run_id, kind=CheckpointKind.STEP, status=CheckpointStatus.PENDING, admission__isnull=True
             )
             rows = list(pending.values_list("seq", "queue"))
             pending.update(wake_at=new_wake, retry_at=None, dispatches=F("dispatches") + 1)

@@ -7,13 +7,25 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import Case, F, Value, When
 
 from durable.engine.plan import StepClaimPlan, StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
+from durable.engine.plan_queues import claimable
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
-from durable.engine.vocab import SETTLED, CheckpointStatus, RunStatus
+from durable.engine.vocab import SETTLED, Admission, CheckpointStatus, RunStatus
 from durable.models import Checkpoint, Run
 from durable.store.portable.shared import StoreBase, claimed
+
+# What a claim of a limited queue's step checks (plan_queues.claimable).
+_ADMISSION = ("admission", "admitted_at", "wake_at")
+
+
+def readmit(plan: StepResultPlan) -> dict[str, Any]:
+    """A retry's columns: a step of a limited queue gives its slot back and waits to be admitted again."""
+    if not plan.retry:
+        return dict(plan.sets)
+    back = Case(When(admission__isnull=False, then=Value(Admission.WAITING.value)), default=Value(None))
+    return {**plan.sets, "admission": back}
 
 
 class StepRows(StoreBase):
@@ -40,11 +52,13 @@ class StepRows(StoreBase):
                 Checkpoint.objects.select_for_update(of=("self",))
                 .filter(run_id=plan.run_id, seq=plan.seq, kind=plan.kind)
                 .order_by()
-                .values("id", "name", "status", "input", "attempts", "retry_at", "queue", "enqueued_at")
+                .values("id", "name", "status", "input", "attempts", "retry_at", "queue", "enqueued_at", *_ADMISSION)
                 .first()
             )
             if row is None or row["status"] != plan.expect:
                 return None
+            if not claimable(row["admission"], row["admitted_at"], row["wake_at"], plan.now):
+                return None  # a step of a limited queue not admitted (or no longer)
             if row["retry_at"] is not None and row["retry_at"] > plan.now:
                 return None  # a retry that is not due yet
             run = (
@@ -125,7 +139,7 @@ class StepRows(StoreBase):
         cps = Checkpoint.objects.filter(run_id=plan.run_id, seq=plan.seq, status__in=plan.open)
         if plan.claim is not None:
             cps = cps.filter(claimed(plan.claim))
-        return bool(cps.update(**plan.sets))
+        return bool(cps.update(**readmit(plan)))
 
     def lapse_step(
         self,

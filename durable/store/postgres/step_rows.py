@@ -26,6 +26,7 @@ class PostgresSteps(PostgresBase, StepRows):
         cancelled runs.) A step with a timeout takes a second statement.
         """
         params = [plan.owner, plan.lease_until, plan.now, plan.run_id, plan.seq, plan.now, list(plan.run_statuses)]
+        params += [plan.now, plan.now]
         rows = self._execute(PG_CLAIM_STEP, params)
         if not rows:
             return None

@@ -1,0 +1,153 @@
+"""Limited step queues: admission under the queue row's lock, the queue rows, what a queue holds now."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import Count, F, Max, Min, Q, Window
+from django.db.models.functions import RowNumber
+
+from durable.engine.plan_queues import Candidate, Grant, QueueAdmissionPlan, QueueAdmitted, effective_limits
+from durable.engine.ports import QueueRecord, QueueStats
+from durable.engine.vocab import ACTIVE, UNSETTLED, Admission, CheckpointKind, CheckpointStatus
+from durable.models import Checkpoint, Queue
+from durable.store.portable.shared import StoreBase
+
+
+def _record(row: Queue) -> QueueRecord:
+    return QueueRecord(row.name, dict(row.overrides or {}), row.paused, row.updated_at)
+
+
+class QueueRows(StoreBase):
+    def admit_steps(self, plan: QueueAdmissionPlan) -> QueueAdmitted:
+        """Execute an :class:`~durable.engine.plan_queues.QueueAdmissionPlan` in one transaction.
+
+        The queue row is locked first (created if missing), so admitters of
+        one queue take turns; slot holders are counted on the rows as they
+        are, then grants are written compare-and-set on ``pending``.
+        """
+        with transaction.atomic():
+            queue = self._lock_queue(plan.queue, plan.now)
+            if queue.paused:
+                return QueueAdmitted(plan.queue, paused=True)
+            limits = effective_limits(plan.defaults, queue.overrides or {})
+            held = self._held(plan)
+            wanted = plan.wanted(limits, held)
+            if not wanted:
+                return QueueAdmitted(plan.queue)
+            candidates = self._candidates(plan, wanted)
+            if not candidates:
+                return QueueAdmitted(plan.queue)
+            grants, rate_next_at = plan.choose(limits, held, candidates, queue.rate_next_at)
+            granted = tuple(grant for grant in grants if self._grant(plan, grant))
+            if rate_next_at != queue.rate_next_at:
+                Queue.objects.filter(name=plan.queue).update(rate_next_at=rate_next_at)
+        return QueueAdmitted(plan.queue, granted)
+
+    def _lock_queue(self, name: str, now: datetime) -> Queue:
+        row = Queue.objects.select_for_update().filter(name=name).first()
+        if row is None:
+            Queue.objects.bulk_create([Queue(name=name, updated_at=now)], ignore_conflicts=True)
+            row = Queue.objects.select_for_update().get(name=name)
+        return row
+
+    @staticmethod
+    def _slots(plan: QueueAdmissionPlan) -> Any:
+        return Checkpoint.objects.filter(queue=plan.queue, kind=plan.kind, admission__isnull=False)
+
+    def _held(self, plan: QueueAdmissionPlan) -> dict[str | None, int]:
+        """Slots held now, by key: admitted, unsettled, lease not lapsed, run active."""
+        rows = (
+            self._slots(plan)
+            .filter(admission=plan.admitted, status__in=plan.open, wake_at__gt=plan.now)
+            .filter(run__status__in=plan.run_statuses)
+            .values("queue_key")
+            .annotate(n=Count("id"))
+            .order_by()
+        )
+        return {row["queue_key"]: row["n"] for row in rows}
+
+    def _waiting(self, plan: QueueAdmissionPlan) -> Any:
+        """Steps that may be admitted now: waiting (or with a lapsed admission), retry due, run active."""
+        return (
+            self._slots(plan)
+            .filter(status=CheckpointStatus.PENDING, run__status__in=plan.run_statuses)
+            .filter(Q(admission=plan.waiting) | Q(admission=plan.admitted, wake_at__lte=plan.now))
+            .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=plan.now))
+        )
+
+    def _candidates(self, plan: QueueAdmissionPlan, wanted: int) -> list[Candidate]:
+        """Each key's first ``wanted`` waiting steps (by arrival, per priority), with when the key was last served."""
+        rank = Window(
+            RowNumber(),
+            partition_by=[F("run__priority"), F("queue_key")],
+            order_by=[F("enqueued_at").asc(), F("id").asc()],
+        )
+        rows = list(
+            self._waiting(plan)
+            .annotate(priority=F("run__priority"), rank=rank)
+            .filter(rank__lte=wanted)
+            .values_list("id", "run_id", "seq", "queue_key", "priority", "enqueued_at", "rank")
+        )
+        served = self._served(plan, {row[3] for row in rows})
+        return [
+            Candidate(cp_id, run_id, seq, key, priority, enqueued_at, rank, served.get(key))
+            for cp_id, run_id, seq, key, priority, enqueued_at, rank in rows
+        ]
+
+    def _served(self, plan: QueueAdmissionPlan, keys: set[str | None]) -> dict[str | None, datetime]:
+        """When each of ``keys`` was last admitted in this queue (round robin: the longest ago goes first)."""
+        if len(keys) < 2:
+            return {}  # one key: nothing to take turns with
+        named = Q(queue_key__in=[k for k in keys if k is not None])
+        if None in keys:
+            named |= Q(queue_key__isnull=True)
+        rows = (
+            Checkpoint.objects.filter(queue=plan.queue, admitted_at__isnull=False)
+            .filter(named)
+            .values("queue_key")
+            .annotate(last=Max("admitted_at"))
+            .order_by()
+        )
+        return {row["queue_key"]: row["last"] for row in rows}
+
+    def _grant(self, plan: QueueAdmissionPlan, grant: Grant) -> bool:
+        return bool(
+            Checkpoint.objects.filter(id=grant.id, status=CheckpointStatus.PENDING).update(
+                admission=plan.admitted, admitted_at=grant.start, wake_at=grant.until
+            )
+        )
+
+    # -- the queue rows (runtime overrides, pause) ------------------------------------
+    def queue_rows(self) -> dict[str, QueueRecord]:
+        return {row.name: _record(row) for row in Queue.objects.all()}
+
+    def configure_queue(
+        self, name: str, now: datetime, *, overrides: dict[str, Any] | None = None, paused: bool | None = None
+    ) -> QueueRecord:
+        """Replace the queue's stored overrides and/or set its paused flag (row created if missing)."""
+        with transaction.atomic():
+            row = self._lock_queue(name, now)
+            if overrides is not None:
+                row.overrides = dict(overrides)
+            if paused is not None:
+                row.paused = paused
+            row.updated_at = now
+            row.save(update_fields=["overrides", "paused", "updated_at"])
+        return _record(row)
+
+    def queue_stats(self, name: str, now: datetime, key: str | None = None) -> QueueStats:
+        """What the queue holds now (the admin's figures); with ``key``, also the slots that key holds."""
+        steps = Checkpoint.objects.filter(queue=name, kind=CheckpointKind.STEP, admission__isnull=False)
+        open_steps = steps.filter(status__in=UNSETTLED, run__status__in=ACTIVE)
+        holders = open_steps.filter(admission=Admission.ADMITTED, wake_at__gt=now)
+        running = holders.count()
+        key_running = holders.filter(queue_key=key).count() if key is not None else 0
+        waiting = open_steps.filter(status=CheckpointStatus.PENDING).exclude(
+            admission=Admission.ADMITTED, wake_at__gt=now
+        )
+        found = waiting.aggregate(n=Count("id"), oldest=Min("enqueued_at"))
+        recent = steps.filter(admitted_at__gt=now - timedelta(minutes=1), admitted_at__lte=now).count()
+        return QueueStats(running, found["n"], found["oldest"], recent, key_running)
