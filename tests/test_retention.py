@@ -348,6 +348,7 @@ NOT_KEYED = {
     "LifecycleBatch": "holds copies of the events it batches, for a subscriber",
     "WorkerDescriptor": "a worker process",
     "Schedule": "last_run_id is a pointer, read as missing once the run is gone",
+    "Queue": "a step queue's limits and state, keyed by the queue's name (a finished run holds no slot)",
     "SingletonSlot": "one row per singleton key, holding no run id (the key's runs are counted)",
 }
 
