@@ -9,15 +9,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from durable.decorators import step, workflow
+from durable.decorators import entity, step, workflow
 from durable.engine.context import Call, ChildCall, WorkflowContext, call, child_call
 from durable.engine.durations import parse_duration
+from durable.engine.plan_entities import EntityOpRecord
 from durable.engine.retry import Backoff
 from durable.engine.singletons import Singleton
 from durable.exceptions import (
     ChildFailed,
     ConfigurationError,
     DurableError,
+    EntityNotFound,
+    EntityOpFailed,
+    EntityTimeout,
     EventNotSet,
     FatalError,
     GatherFailed,
@@ -53,6 +57,7 @@ if TYPE_CHECKING:
         start,
     )
     from durable.client import Client
+    from durable.entities import call_entity, entity_ops, get_entity_state, signal_entity
     from durable.listing import list_runs
     from durable.messaging import (
         get_event,
@@ -85,6 +90,10 @@ __all__ = [
     "Client",
     "ConfigurationError",
     "DurableError",
+    "EntityNotFound",
+    "EntityOpFailed",
+    "EntityOpRecord",
+    "EntityTimeout",
     "EventNotSet",
     "EventResult",
     "FatalError",
@@ -114,13 +123,17 @@ __all__ = [
     "WorkflowNotFound",
     "backfill_schedule",
     "call",
+    "call_entity",
     "cancel",
     "child_call",
     "configure_queue",
     "create_schedule",
     "current_step",
     "delete_schedule",
+    "entity",
+    "entity_ops",
     "fork",
+    "get_entity_state",
     "get_event",
     "get_queue",
     "get_run",
@@ -140,6 +153,7 @@ __all__ = [
     "resume_schedule",
     "retry_with_input",
     "signal",
+    "signal_entity",
     "signal_with_start",
     "start",
     "step",
@@ -191,6 +205,10 @@ _LAZY = {
     "update": "durable.messaging",
     "wait_for_run": "durable.messaging",
     "republish": "durable.messaging",
+    "call_entity": "durable.entities",
+    "entity_ops": "durable.entities",
+    "get_entity_state": "durable.entities",
+    "signal_entity": "durable.entities",
 }
 
 

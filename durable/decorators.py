@@ -1,4 +1,4 @@
-"""The ``@durable.workflow`` and ``@durable.step`` decorators.
+"""The ``@durable.workflow``, ``@durable.step`` and ``@durable.entity`` decorators.
 
 They validate their options at decoration time (a malformed option raises
 :class:`~durable.ConfigurationError` at import of the user's module), build a
@@ -22,6 +22,7 @@ from typing import Any, TypeVar, overload
 from durable import runtime
 from durable.engine import retention as retention_policy
 from durable.engine.durations import Duration, to_seconds
+from durable.engine.entities import HISTORY, entity_def
 from durable.engine.registry import StepDef, WorkflowDef, qualname
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
 from durable.engine.singletons import Singleton
@@ -29,6 +30,7 @@ from durable.exceptions import ConfigurationError, InvalidInput
 from durable.schedules.spec import Schedule
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:\-]{0,199}$")
 
@@ -293,3 +295,27 @@ def step(
         return func
 
     return register(fn) if fn is not None else register
+
+
+def entity(name: str, *, initial: Any = None, history: int = HISTORY) -> Callable[[T], T]:
+    """Declare entity ``name`` on a class or on a dict of handlers; returns it unchanged.
+
+    Class form: each public method is an operation, called on a fresh
+    instance whose ``self.state`` holds the key's state (reassign it at will).
+    Dict form: ``{"op": handler}`` with ``handler(state, arg) -> result``
+    changing ``state`` (a dict or a list) in place. ``initial`` is the state
+    of a key never operated on (a JSON value, or a callable returning one);
+    ``history`` how many applied operations each key's op log keeps (also
+    the window in which a repeated op id is recognised). Operations are
+    applied with :func:`durable.call_entity`, :func:`durable.signal_entity`,
+    ``ctx.call_entity`` and ``ctx.signal_entity``, one at a time per key.
+    """
+
+    def register(target: T) -> T:
+        found = entity_def(name, target, initial, history)
+        runtime.registry.add_entity(found)
+        if isinstance(target, type):
+            target.__durable_entity__ = found  # type: ignore[attr-defined]
+        return target
+
+    return register

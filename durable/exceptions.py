@@ -204,3 +204,36 @@ class QueueFull(DurableError):
 
 class QueueNotFound(DurableError, LookupError):
     """No limited step queue of that name: ``DURABLE["QUEUES"]`` does not name it."""
+
+
+class EntityNotFound(DurableError, LookupError):
+    """No entity with that name (or no operation with that name on it) is registered in this process."""
+
+
+class EntityTimeout(DurableError, TimeoutError):
+    """An entity operation waited longer than its ``timeout`` for the entity's lock; nothing was written."""
+
+    def __init__(self, name: str, key: str, timeout: float | None) -> None:
+        self.name = name
+        self.key = key
+        self.timeout = timeout
+        super().__init__(f"entity {name!r} key {key!r} stayed locked longer than the timeout ({timeout} s)")
+
+
+class EntityOpFailed(DurableError):
+    """The handler of an entity operation raised: that operation failed, the entity did not.
+
+    The entity's state is unchanged and the failure is recorded on the
+    operation's log row (so a repeat of the same op id raises this again).
+    ``error`` is the recorded JSON error (``type``, ``message``, ``code``,
+    ``traceback``); ``error_type`` and ``message`` are its handy parts.
+    """
+
+    def __init__(self, name: str, key: str, op: str, error: dict[str, Any]) -> None:
+        self.name = name
+        self.key = key
+        self.op = op
+        self.error = error
+        self.error_type = str(error.get("type") or "Error")
+        self.message = str(error.get("message") or "")
+        super().__init__(f"entity {name!r} key {key!r} operation {op!r} failed: {self.error_type}: {self.message}")

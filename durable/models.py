@@ -16,6 +16,7 @@ from durable.engine.vocab import TERMINAL as TERMINAL
 from durable.engine.vocab import Admission as Admission
 from durable.engine.vocab import CheckpointKind as CheckpointKind
 from durable.engine.vocab import CheckpointStatus as CheckpointStatus
+from durable.engine.vocab import EntityOpStatus
 from durable.engine.vocab import RunStatus as RunStatus
 from durable.runtime import now as clock_now
 
@@ -53,6 +54,7 @@ CHECKPOINT_KIND_LABELS = {
     CheckpointKind.ATTRIBUTES: _("Search attributes"),
     CheckpointKind.TRANSACTION: _("Database transaction"),
     CheckpointKind.COMPENSATION: _("Compensation"),
+    CheckpointKind.ENTITY: _("Entity operation"),
 }
 RUN_STATUS_CHOICES = [(status.value, label) for status, label in RUN_STATUS_LABELS.items()]
 CHECKPOINT_STATUS_CHOICES = [(status.value, label) for status, label in CHECKPOINT_STATUS_LABELS.items()]
@@ -355,6 +357,61 @@ class SingletonSlot(models.Model):
 
     def __str__(self) -> str:
         return f"{self.workflow} singleton {self.key!r} (limit {self.limit})"
+
+
+class Entity(models.Model):
+    """One entity: the state of ``(name, key)`` and how many operations were applied to it.
+
+    Written only by :meth:`durable.engine.ports.Store.apply_entity_op`, which
+    locks this row first, so the operations of one key are applied one at a
+    time (``ops`` is the last op's position). Not keyed to a run: run
+    retention never deletes it.
+    """
+
+    name = models.CharField(max_length=100)
+    key = models.CharField(max_length=200)
+    state = models.JSONField(null=True, blank=True)
+    ops = models.BigIntegerField(default=0)
+    created_at = models.DateTimeField(default=clock_now)
+    updated_at = models.DateTimeField(default=clock_now)
+
+    class Meta:
+        ordering = ("name", "key")
+        verbose_name_plural = "entities"
+        constraints = [models.UniqueConstraint(fields=["name", "key"], name="durable_entity_name_key")]
+
+    def __str__(self) -> str:
+        return f"{self.name}[{self.key}]"
+
+
+class EntityOp(models.Model):
+    """An operation applied to an entity: its position, argument and result (or error).
+
+    Written in the transaction that changed the entity's state. An entity
+    keeps its newest ``history`` rows (1,000 by default); the op id is unique
+    per entity, so a repeat of a logged op is answered from its row.
+    """
+
+    entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="log", db_index=False)
+    op_id = models.CharField(max_length=300)
+    seq = models.BigIntegerField()
+    op = models.CharField(max_length=100)
+    arg = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=[(s.value, s.value.capitalize()) for s in EntityOpStatus])
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(default=clock_now)
+
+    class Meta:
+        ordering = ("entity_id", "seq")
+        constraints = [
+            # Also the index of every read and prune by entity (newest positions first).
+            models.UniqueConstraint(fields=["entity", "seq"], name="durable_entity_op_seq"),
+            models.UniqueConstraint(fields=["entity", "op_id"], name="durable_entity_op_id"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.entity_id}#{self.seq} {self.op} ({self.status})"
 
 
 class WorkerDescriptor(models.Model):

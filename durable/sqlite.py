@@ -21,6 +21,8 @@ A setting that undoes this (``transaction_mode`` ``DEFERRED``) is reported by
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.core import checks
@@ -40,6 +42,34 @@ def configure_connection(sender: Any = None, connection: Any = None, **kwargs: A
             cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if not _in_memory(connection):
             cursor.execute("PRAGMA journal_mode = WAL")
+
+
+@contextmanager
+def busy_timeout(connection: Any, seconds: float | None) -> Iterator[None]:
+    """Wait at most ``seconds`` for SQLite's write lock in the block (None, or not SQLite: as configured).
+
+    Only a transaction the block begins waits for the lock (``BEGIN
+    IMMEDIATE``); inside one that is open already the lock is held. The
+    connection's own timeout is put back when the block ends.
+    """
+    if seconds is None or connection.vendor != "sqlite" or connection.in_atomic_block:
+        yield
+        return
+    connection.ensure_connection()
+    with _raw(connection) as cursor:
+        previous = int(cursor.execute("PRAGMA busy_timeout").fetchone()[0])
+        cursor.execute(f"PRAGMA busy_timeout = {max(int(seconds * 1000), 1)}")
+    try:
+        yield
+    finally:
+        if connection.connection is not None:
+            with _raw(connection) as cursor:
+                cursor.execute(f"PRAGMA busy_timeout = {previous}")
+
+
+def is_busy(exc: BaseException) -> bool:
+    """``exc`` is SQLite giving up on a locked database (its busy timeout passed)."""
+    return "database is locked" in str(exc)
 
 
 class _raw:

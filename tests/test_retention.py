@@ -350,6 +350,8 @@ NOT_KEYED = {
     "Schedule": "last_run_id is a pointer, read as missing once the run is gone",
     "Queue": "a step queue's limits and state, keyed by the queue's name (a finished run holds no slot)",
     "SingletonSlot": "one row per singleton key, holding no run id (the key's runs are counted)",
+    "Entity": "an entity's state outlives the runs that changed it (its op log is bounded instead)",
+    "EntityOp": "an entity's op log row, deleted by the entity's own bound (op ids name runs, not keys)",
 }
 
 

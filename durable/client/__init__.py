@@ -22,6 +22,7 @@ from typing import Any
 
 from durable.client.authoring import AuthoringMixin
 from durable.client.base import after_commit
+from durable.client.entities import EntitiesMixin
 from durable.client.messages import MessagesMixin
 from durable.client.repairs import RepairsMixin
 from durable.engine import admission
@@ -35,7 +36,7 @@ from durable.run_filters import check_filters, check_statuses, decode_cursor, en
 from durable.validation import check_id
 
 
-class Client(MessagesMixin, RepairsMixin, AuthoringMixin):
+class Client(MessagesMixin, RepairsMixin, AuthoringMixin, EntitiesMixin):
     """Operations on runs through ``Client(engine)``. Thread-safe: it holds no state of its own."""
 
     # -- starting and reading runs ------------------------------------------------------

@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from durable.engine.entities import EntityDef
 from durable.engine.retry import Backoff
 from durable.engine.singletons import Singleton
-from durable.exceptions import ConfigurationError, StepNotFound, WorkflowNotFound
+from durable.exceptions import ConfigurationError, EntityNotFound, StepNotFound, WorkflowNotFound
 
 
 def qualname(fn: Callable[..., Any]) -> str:
@@ -82,6 +83,7 @@ class Registry:
         self._lock = threading.Lock()
         self._workflows: dict[str, dict[int, WorkflowDef]] = {}
         self._steps: dict[str, StepDef] = {}
+        self._entities: dict[str, EntityDef] = {}
         # Code schedules by key: (workflow name, the durable.Schedule declared for it).
         self._schedules: dict[str, tuple[str, Any]] = {}
         # Grows whenever a workflow's declared schedules change (sync compares it).
@@ -174,6 +176,27 @@ class Registry:
             "or use ctx.local_step(name, fn) for an in-process step"
         )
 
+    # -- entities ------------------------------------------------------------
+    def add_entity(self, entity: EntityDef) -> None:
+        with self._lock:
+            existing = self._entities.get(entity.name)
+            if existing is not None and existing.source != entity.source:
+                raise ConfigurationError(f"entity {entity.name!r} is already registered by {existing.source}")
+            self._entities[entity.name] = entity
+
+    def get_entity(self, ref: Any) -> EntityDef:
+        """An entity definition from its name or its decorated class (:class:`~durable.EntityNotFound`)."""
+        found = getattr(ref, "__durable_entity__", None)
+        name = found.name if isinstance(found, EntityDef) else ref
+        entity = self._entities.get(name) if isinstance(name, str) else None
+        if entity is None:
+            raise EntityNotFound(f"no entity named {ref!r} is registered in this process")
+        return entity
+
+    def entities(self) -> list[EntityDef]:
+        with self._lock:
+            return list(self._entities.values())
+
     # -- code schedules ------------------------------------------------------
     def set_schedules(self, workflow: str, schedules: list[tuple[str, Any]]) -> None:
         """The schedules ``workflow`` declares now, by key (replacing what it declared before)."""
@@ -193,10 +216,11 @@ class Registry:
             return dict(self._schedules)
 
     def remove(self, name: str) -> None:
-        """Forget a workflow (all versions, and its schedules) or step by name. Meant for tests."""
+        """Forget a workflow (all versions, and its schedules), step or entity by name. Meant for tests."""
         with self._lock:
             self._workflows.pop(name, None)
             self._steps.pop(name, None)
+            self._entities.pop(name, None)
             for key in [k for k, (wf, _) in self._schedules.items() if wf == name]:
                 del self._schedules[key]
                 self.schedules_revision += 1

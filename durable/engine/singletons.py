@@ -61,12 +61,17 @@ class Singleton:
             found = value[self.key]
         else:
             raise InvalidInput(f"workflow {workflow!r} is a singleton on input field {self.key!r}, not in {value!r}")
-        if isinstance(found, bool) or not isinstance(found, (str, int)):
-            raise InvalidInput(f"singleton key of workflow {workflow!r} must be a string or an integer, got {found!r}")
-        key = str(found)
-        if not key or len(key) > MAX_KEY_LENGTH:
-            raise InvalidInput(f"singleton key of workflow {workflow!r} must have 1 to {MAX_KEY_LENGTH} characters")
-        return key
+        return text_key(found, f"singleton key of workflow {workflow!r}")
+
+
+def text_key(found: Any, what: str) -> str:
+    """A key (a singleton's, an entity's) as text: a string or an integer, 1 to 200 characters."""
+    if isinstance(found, bool) or not isinstance(found, (str, int)):
+        raise InvalidInput(f"{what} must be a string or an integer, got {found!r}")
+    key = str(found)
+    if not key or len(key) > MAX_KEY_LENGTH:
+        raise InvalidInput(f"{what} must have 1 to {MAX_KEY_LENGTH} characters")
+    return key
 
 
 def singleton_columns(spec: Singleton | None, workflow: str, value: Any) -> dict[str, Any]:

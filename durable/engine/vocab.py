@@ -66,6 +66,7 @@ class CheckpointKind(StrEnum):
     ATTRIBUTES = "attributes"
     TRANSACTION = "transaction"
     COMPENSATION = "compensation"
+    ENTITY = "entity"
 
 
 # Kinds whose pending state means the run has (or had) a waiter row.
@@ -83,6 +84,13 @@ RESETTABLE: tuple[CheckpointKind, ...] = (
     CheckpointKind.CHILD,
     CheckpointKind.TRANSACTION,
 )
+
+
+class EntityOpStatus(StrEnum):
+    """How one operation applied to an entity ended (its op log row): the handler returned, or it raised."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
 
 
 class TurnResult(StrEnum):

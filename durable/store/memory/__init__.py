@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from durable.store.memory.authoring import AuthoringPart
+from durable.store.memory.entities import EntitiesPart
 from durable.store.memory.events import EventsPart
 from durable.store.memory.listing import ListingPart
 from durable.store.memory.queues import QueuesPart
@@ -42,6 +43,7 @@ class MemoryStore(
     RetentionPart,
     SingletonsPart,
     QueuesPart,
+    EntitiesPart,
 ):
     """:class:`durable.engine.ports.Store` in memory (see the module docstring)."""
 

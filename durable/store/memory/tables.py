@@ -143,6 +143,11 @@ class Tables:
         # Singleton keys by (workflow, key): {"limit": ..., "tail": ...}.
         self.slots: dict[tuple[str, str], Row] = {}
         self.queues: dict[str, Row] = {}
+        # Entities by (name, key): {"state", "ops", "created_at", "updated_at"}; their op log rows by
+        # (name, key, seq), and the position of each logged op id by (name, key, op_id).
+        self.entities: dict[tuple[str, str], Row] = {}
+        self.entity_ops: dict[tuple[str, str, int], Row] = {}
+        self.entity_op_ids: dict[tuple[str, str, str], int] = {}
         self._ids = itertools.count(1)
         self._undo: list[tuple[dict[Any, Any], Any, Any]] = []
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from durable.store.portable.authoring_rows import AuthoringRows
 from durable.store.portable.commits import CommitRows
 from durable.store.portable.due_work import DueWork
+from durable.store.portable.entity_rows import EntityRows
 from durable.store.portable.event_rows import EventRows
 from durable.store.portable.fleet_rows import FleetRows
 from durable.store.portable.histories import HistoryRows
@@ -38,6 +39,7 @@ class PortableStore(
     RetentionRows,
     SingletonRows,
     QueueRows,
+    EntityRows,
 ):
     """:class:`durable.engine.ports.Store` on the Django ORM; see :mod:`durable.store`."""
 

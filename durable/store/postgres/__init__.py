@@ -15,12 +15,13 @@ from __future__ import annotations
 
 from durable.store.portable import PortableStore
 from durable.store.postgres.commits import PostgresCommits
+from durable.store.postgres.entity_rows import PostgresEntities
 from durable.store.postgres.run_rows import PostgresRuns
 from durable.store.postgres.schedule_rows import PostgresSchedules
 from durable.store.postgres.step_rows import PostgresSteps
 
 
-class PostgresStore(PostgresSchedules, PostgresCommits, PostgresSteps, PostgresRuns, PortableStore):
+class PostgresStore(PostgresSchedules, PostgresCommits, PostgresSteps, PostgresRuns, PostgresEntities, PortableStore):
     """:class:`durable.engine.ports.Store` on PostgreSQL; see the module docstring."""
 
 
