@@ -466,5 +466,6 @@ class NamespaceGrantAdmin(StorableQueryMixin, _ModelAdmin):
     autocomplete_fields = ()
 
 
+from durable_dashboard import entity_admin as entity_admin  # noqa: E402  (registers the entities pages)
 from durable_dashboard import queue_admin as queue_admin  # noqa: E402  (registers the queues page)
 from durable_dashboard import schedule_admin as schedule_admin  # noqa: E402  (registers the schedules page)

@@ -31,6 +31,7 @@ STATUS_BY_CODE = {
     "run_not_found": status.HTTP_404_NOT_FOUND,
     "schedule_not_found": status.HTTP_404_NOT_FOUND,
     "queue_not_found": status.HTTP_404_NOT_FOUND,
+    "entity_not_found": status.HTTP_404_NOT_FOUND,
     "schedule_exists": status.HTTP_409_CONFLICT,
     "event_not_set": status.HTTP_404_NOT_FOUND,
     "update_rejected": status.HTTP_400_BAD_REQUEST,

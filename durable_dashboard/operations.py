@@ -18,6 +18,7 @@ from django.utils.translation import gettext_lazy as _
 import durable
 from durable.exceptions import (
     DurableError,
+    EntityNotFound,
     EventNotSet,
     InvalidInput,
     InvalidRunState,
@@ -39,6 +40,7 @@ ERROR_CODES: tuple[tuple[type[Exception], str], ...] = (
     (RunNotFound, "run_not_found"),
     (ScheduleNotFound, "schedule_not_found"),
     (QueueNotFound, "queue_not_found"),
+    (EntityNotFound, "entity_not_found"),
     (ScheduleExists, "schedule_exists"),
     (EventNotSet, "event_not_set"),
     (UpdateRejected, "update_rejected"),

@@ -9,6 +9,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path, re_path
 from rest_framework.routers import SimpleRouter
 
+from durable_dashboard.entity_api import EntityDetailView
 from durable_dashboard.probes import HealthView, MetricsView
 from durable_dashboard.queue_api import QueueViewSet
 from durable_dashboard.schedule_api import ScheduleViewSet
@@ -31,6 +32,7 @@ def not_found(request: HttpRequest, *args: object, **kwargs: object) -> JsonResp
 urlpatterns = [
     path("workflows/", WorkflowListView.as_view(), name="workflows"),
     path("health/", HealthView.as_view(), name="health"),
+    re_path(r"^entities/(?P<name>[^/]+)/(?P<key>[^/]+)/$", EntityDetailView.as_view(), name="entity"),
     re_path(r"^metrics/?$", MetricsView.as_view(), name="metrics"),
     path("schema/", SchemaView.as_view(), name="schema"),
     path("docs/", SwaggerView.as_view(url_name="durable_api:schema"), name="docs"),
