@@ -9,12 +9,14 @@ take the entity's lock within its timeout raises and writes nothing.
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from django.db import connection, transaction
 
 import durable
-from durable.models import Entity, EntityOp
+from durable.models import Checkpoint, Entity, EntityOp
+from durable.testing import run_until_settled
 from tests.threads import SETTLE, concurrently, in_other_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -99,3 +101,30 @@ def test_a_call_that_cannot_take_the_lock_within_its_timeout_raises_and_writes_n
     assert Entity.objects.filter(key="new-key").exists() is (connection.vendor == "postgresql")
     # Once the lock is free, the same call goes through.
     assert durable.call_entity("r_counter", "held", "bump", 1, timeout=0.05) == 1
+
+
+@durable.workflow(name="r_locked_out")
+def r_locked_out(ctx: Any) -> str:
+    try:
+        ctx.call_entity("r_counter", "busy", "bump", 9, timeout=0.05)
+    except durable.EntityTimeout:
+        outcome = "timed out"
+    else:
+        outcome = "applied"
+    ctx.wait_signal("go")
+    return outcome
+
+
+@pytest.mark.postgres
+def test_a_workflow_call_that_times_out_is_recorded_and_raises_again_on_replay() -> None:
+    durable.call_entity("r_counter", "busy", "bump", 0)
+    run_id = durable.start(r_locked_out, run_id="locked-out")
+    with transaction.atomic():
+        assert len(Entity.objects.select_for_update().filter(key="busy")) == 1
+        assert in_other_thread(lambda: run_until_settled(run_id)).status == "suspended"
+    cp = Checkpoint.objects.get(run_id=run_id, seq=1)
+    assert (cp.kind, cp.name, cp.status, cp.error["code"]) == ("entity", "r_counter.bump", "failed", "entity_timeout")
+    durable.signal(run_id, "go", None)
+    run = run_until_settled(run_id)  # the lock is free now: the replay still takes the recorded timeout
+    assert (run.status, run.output) == ("completed", "timed out")
+    assert Entity.objects.get(key="busy").ops == 1  # the workflow's op was never applied

@@ -69,7 +69,15 @@ class EntityRows(StoreBase):
         return sqlite.busy_timeout(connection, timeout)
 
     def _lock_entity(self, call: EntityCall, now: datetime) -> Entity:
-        """The entity's row, created from ``call.initial`` if absent, locked until the transaction ends."""
+        """The entity's row, created from ``call.initial`` if absent, locked until the transaction ends.
+
+        The lock is tried first (an existing entity costs no insert); an
+        absent row is inserted or ignored (a racing first caller's insert
+        wins), then locked.
+        """
+        found = list(Entity.objects.select_for_update().filter(name=call.name, key=call.key)[:1])
+        if found:
+            return found[0]
         Entity.objects.bulk_create(
             [Entity(name=call.name, key=call.key, state=call.initial, created_at=now, updated_at=now)],
             ignore_conflicts=True,
