@@ -126,3 +126,19 @@ def test_a_memory_store_op_waiting_past_its_timeout_writes_nothing() -> None:
         release.set()
         holder.join()
     assert store.get_entity("tally", "k") is None
+
+
+def test_the_default_history_keeps_the_last_1000_ops_of_a_key() -> None:
+    """The documented bound, at its default (the database stores prune as the contract cases above show)."""
+    from durable.engine.entities import HISTORY
+    from durable.store.memory import MemoryStore
+
+    store = MemoryStore()
+    counter = entity_def("default_bound", Tally, lambda: {"total": 0, "seen": []}, HISTORY)
+    for i in range(1, 1003):
+        store.apply_entity_op(entity_call(counter, "k", "add", 1, op_id=f"op{i}", timeout=None), T0)
+    log = store.entity_ops("default_bound", "k", 5000)
+    assert HISTORY == 1000 and len(log) == 1000
+    assert (log[0].seq, log[-1].seq) == (1002, 3)
+    assert len(store.tables.entity_op_ids) == 1000  # the op id index is pruned with the rows
+    assert store.get_entity("default_bound", "k").state["total"] == 1002
