@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar, overload
 
 from durable import runtime
@@ -24,6 +24,7 @@ from durable.engine import retention as retention_policy
 from durable.engine.durations import Duration, to_seconds
 from durable.engine.entities import HISTORY, entity_def
 from durable.engine.registry import StepDef, WorkflowDef, qualname
+from durable.engine.requirements import check_requires
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
 from durable.engine.singletons import Singleton
 from durable.exceptions import ConfigurationError, InvalidInput
@@ -244,6 +245,7 @@ def step(
     timeout: Duration | None = None,
     compensate: Any = None,
     key: Callable[..., Any] | None = None,
+    requires: Iterable[str] | None = None,
 ) -> Callable[[F], F]: ...
 
 
@@ -258,6 +260,7 @@ def step(
     timeout: Duration | None = None,
     compensate: Any = None,
     key: Callable[..., Any] | None = None,
+    requires: Iterable[str] | None = None,
 ) -> Any:
     """Register a step: a plain function a workflow runs with ``ctx.step(fn, *args)``.
 
@@ -268,7 +271,11 @@ def step(
     it when a run fails after it completed. ``key`` (a function of the step's
     arguments returning a string) names the key a call counts against for the
     ``key_concurrency`` limit and the round robin of a limited queue
-    (``DURABLE["QUEUES"]``); a call can name its own with ``queue_key=``. The
+    (``DURABLE["QUEUES"]``); a call can name its own with ``queue_key=``.
+    ``requires`` (capability names, e.g. ``["gpu"]``) restricts it to workers
+    that have them (``durable_worker --capability gpu``, or a Celery worker
+    consuming the queue ``"<queue>@gpu"``); with no live worker that has them,
+    its run is parked ``blocked`` with a reason naming the capability. The
     function is returned unchanged and can still be called directly.
     """
 
@@ -285,6 +292,7 @@ def step(
             timeout=_opt_seconds(timeout, "step timeout"),
             compensate=compensate,
             key=key,
+            requires=check_requires(requires, f"step {step_name!r}"),
         )
         if key is not None and not callable(key):
             raise ConfigurationError(f"step {step_name!r}: key must be a function of the step's arguments")

@@ -24,6 +24,7 @@ from durable.engine.clock import Clock
 from durable.engine.core import AnyFleet as AnyFleet
 from durable.engine.core import Fleet as Fleet
 from durable.engine.registry import Registry
+from durable.engine.requirements import required_by
 
 logger = logging.getLogger("durable.fleet")
 
@@ -67,6 +68,37 @@ class DbFleet:
         return sorted(self._subs.get(event, ()))
 
 
+class RequirementsFleet:
+    """Without Celery: any step can be run, except one whose requirements no live worker has.
+
+    A step with ``requires`` (its route ``"<queue>@gpu+pdf"``) needs a live
+    worker (``durable_worker --capability``) that advertises those capabilities
+    and has the step registered; the answer is cached like :class:`DbFleet`'s.
+    """
+
+    def __init__(self, store: Any, clock: Clock) -> None:
+        self._store = store
+        self._clock = clock
+        self._ok: dict[tuple[str, str], float] = {}
+
+    def can_serve(self, step: str, queue: str | None) -> bool:
+        needed = required_by(queue)
+        if not needed:
+            return True
+        key = (step, queue or "")
+        if self._ok.get(key, 0.0) > time.monotonic():
+            return True
+        for worker in self._store.live_workers(self._clock.now()):
+            tags = set((worker["capabilities"] or {}).get("tags", ()))
+            if needed <= tags and step in worker["steps"]:
+                self._ok[key] = time.monotonic() + CACHE_SECONDS
+                return True
+        return False
+
+    def subscribers(self, event: str) -> list[str]:
+        return []
+
+
 def descriptor(
     worker_id: str, queues: Iterable[str], capabilities: dict[str, Any] | None = None, *, registry: Registry
 ) -> dict[str, Any]:
@@ -97,9 +129,18 @@ class Advertiser:
     """Keeps this process's descriptor alive until :meth:`stop`."""
 
     def __init__(
-        self, store: Any, worker_id: str, queues: Iterable[str], ttl: float, *, registry: Registry, clock: Clock
+        self,
+        store: Any,
+        worker_id: str,
+        queues: Iterable[str],
+        ttl: float,
+        *,
+        registry: Registry,
+        clock: Clock,
+        capabilities: Iterable[str] = (),
     ) -> None:
         self._store = store
+        self._tags = sorted(capabilities)
         self._registry = registry
         self._clock = clock
         self._worker_id = worker_id
@@ -126,7 +167,7 @@ class Advertiser:
         self._thread.start()
 
     def _descriptor(self) -> dict[str, Any]:
-        return descriptor(self._worker_id, self._queues, registry=self._registry)
+        return descriptor(self._worker_id, self._queues, {"tags": self._tags}, registry=self._registry)
 
     def _beat(self) -> None:
         from django.db import connection

@@ -52,6 +52,8 @@ _owner = make_owner_id()
 _keeper: LeaseKeeper | None = None
 # Step routes this process's Celery worker consumes (kept across fork: the pool inherits them).
 _eager_routes: frozenset[str | None] = frozenset()
+# Capabilities of this process's workers (step requirements: durable.engine.requirements).
+_capabilities: frozenset[str] = frozenset()
 _clock: Clock = SystemClock()
 _embedded: WorkerLoop | None = None
 _embedded_lock = threading.Lock()
@@ -240,6 +242,7 @@ def _build_engine(current: conf.DurableSettings) -> Engine:
         keeper=_keeper,
         fleet=_fleet(current, store),
         eager_routes=_eager_routes,
+        capabilities=_capabilities,
         listeners=listeners,
         observer=_observer(current),
         faults=_faults,
@@ -286,11 +289,27 @@ def serve_routes_eagerly(routes: frozenset[str | None]) -> None:
             _build_engine(_engine.settings)
 
 
+def serve_capabilities(capabilities: frozenset[str]) -> None:
+    """Declare what this worker process has (``durable_worker --capability``; a Celery worker's queues).
+
+    Steps that require more are left to other workers. An engine already built
+    is replaced by one with these capabilities.
+    """
+    global _capabilities
+    with _lock:
+        _capabilities = capabilities
+        if _engine is not None and _engine.capabilities != capabilities:
+            _build_engine(_engine.settings)
+
+
 def _fleet(current: conf.DurableSettings, store: object) -> Fleet:
-    from durable.fleet import AnyFleet, DbFleet
+    from durable.fleet import AnyFleet, DbFleet, RequirementsFleet
 
     if current.transport == "celery" and current.fleet_check:
         return DbFleet(store, current.fleet_ttl, clock)
+    if current.fleet_check:
+        # Without Celery only steps with requirements need a live worker that has them.
+        return RequirementsFleet(store, clock)
     return AnyFleet()
 
 
@@ -320,7 +339,13 @@ def start_advertising(queues: list[str]) -> None:
 
     engine = get_engine()
     _advertiser = Advertiser(
-        engine.store, engine.owner, queues, engine.settings.fleet_ttl, registry=engine.registry, clock=engine.clock
+        engine.store,
+        engine.owner,
+        queues,
+        engine.settings.fleet_ttl,
+        registry=engine.registry,
+        clock=engine.clock,
+        capabilities=engine.capabilities,
     )
     _advertiser.start()
 

@@ -19,6 +19,7 @@ from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 from django.db import close_old_connections, connection
 
 from durable import runtime
+from durable.engine.requirements import capabilities_of
 from durable.runtime import get_engine
 from durable.worker.tick import tick
 
@@ -61,6 +62,8 @@ def _advertise(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
     queues = list(instance.app.amqp.queues.consume_from.keys()) if instance is not None else []
     # A step without a route goes to the default queue; one routed there by name runs here too.
     runtime.serve_routes_eagerly(frozenset([*queues, *([None] if DEFAULT_QUEUE in queues else [])]))
+    # Consuming "<queue>@gpu" is what gives a Celery worker the capability gpu.
+    runtime.serve_capabilities(capabilities_of(queues))
     runtime.start_advertising(queues)
 
 

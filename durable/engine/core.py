@@ -95,6 +95,7 @@ class Engine:
         listeners: Listeners | None = None,
         observer: Observer | None = None,
         faults: StepFaults | None = None,
+        capabilities: frozenset[str] = frozenset(),
     ) -> None:
         self.store = store
         self.transport = transport
@@ -108,6 +109,8 @@ class Engine:
         self.listeners = listeners if listeners is not None else Listeners()
         self.observer = observer if observer is not None else Observer()
         self.faults = faults if faults is not None else NO_FAULTS
+        # What this process's workers have (durable_worker --capability; a Celery worker's queues).
+        self.capabilities = capabilities
         self.stats = EngineStats()
 
     def run_turn(

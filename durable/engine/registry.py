@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import Any
 
 from durable.engine.entities import EntityDef
+from durable.engine.requirements import route_for
 from durable.engine.retry import Backoff
 from durable.engine.singletons import Singleton
 from durable.exceptions import ConfigurationError, EntityNotFound, StepNotFound, WorkflowNotFound
@@ -67,13 +68,15 @@ class StepDef:
     compensate: Any = None
     # A limited queue's key of a call: a function of the step's arguments (DURABLE["QUEUES"]).
     key: Callable[..., Any] | None = None
+    # Capabilities a worker needs to run it (@step(requires=[...])); they are part of its route.
+    requires: tuple[str, ...] = ()
 
     @property
     def route(self) -> str | None:
-        """Where the step is dispatched: its ``queue``, else its name's prefix before a dot."""
-        if self.queue:
-            return self.queue
-        return self.name.split(".", 1)[0] if "." in self.name else None
+        """Where the step is dispatched: its ``queue``, else its name's prefix before a dot; with
+        ``requires``, that queue named with its requirements (``"<queue>@gpu+pdf"``)."""
+        base = self.queue or (self.name.split(".", 1)[0] if "." in self.name else None)
+        return route_for(base, self.requires)
 
 
 class Registry:

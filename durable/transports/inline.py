@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import close_old_connections
 
 from durable.engine.ports import RunRecord, Transport
+from durable.engine.requirements import serves
 
 if TYPE_CHECKING:
     from durable.engine.core import Engine
@@ -67,6 +68,8 @@ class InlineTransport(Transport):
         self._submit(lambda: self._get_engine().run_turn(run.id, acquired=run, fresh=True), 0.0)
 
     def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None:
+        if not serves(self._get_engine().capabilities, queue):
+            return  # it needs a capability this process lacks: a worker that has it takes it from the table
         self._submit(lambda: self._get_engine().execute_step(run_id, seq), delay)
 
     def _submit(self, job: Callable[[], Any], delay: float) -> None:

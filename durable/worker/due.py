@@ -17,6 +17,7 @@ from typing import Any
 
 from durable.engine.core import Engine
 from durable.engine.ports import CheckpointRecord, RunRecord
+from durable.engine.requirements import serves
 from durable.engine.vocab import StepResult
 
 logger = logging.getLogger("durable.sweeps")
@@ -35,9 +36,11 @@ def never() -> bool:
 def run_due_steps(engine: Engine, *, should_stop: StopCheck = never) -> int:
     """Execute pending dispatched steps here (polling deployments and the test kit)."""
     done = 0
-    for run_id, seq, _queue in engine.store.due_steps(engine.clock.now(), engine.settings.sweep_batch):
+    for run_id, seq, queue in engine.store.due_steps(engine.clock.now(), engine.settings.sweep_batch):
         if should_stop():
             break
+        if not serves(engine.capabilities, queue):
+            continue  # it needs a capability this worker lacks
         if engine.execute_step(run_id, seq) != StepResult.SKIPPED:
             done += 1
     return done

@@ -184,17 +184,7 @@ class StepOps(OpsBase):
         port = self._port
         # Checked before the pending write: a step nobody can run parks the run.
         if not port.can_serve(sd.name, sd.route):
-            raise Blocked(
-                {
-                    "message": f"no live worker serves step {sd.name!r} on queue {sd.route or 'default'!r}",
-                    "code": "no_capable_worker",
-                    "retryable": True,
-                    "type": "Blocked",
-                    "traceback": None,
-                    "step": sd.name,
-                    "queue": sd.route,
-                }
-            )
+            raise Blocked(_unserved(sd))
         now = self._clock.now()
         engine = self._engine
         if admission.limited(engine, sd.route):
@@ -293,3 +283,14 @@ class StepOps(OpsBase):
         settle(COMPLETED, output=output, finished_at=self._clock.now())
         self._remember_undo(seq, sd.name, undo, payload, output)
         return output
+
+
+def _unserved(sd: StepDef) -> dict[str, Any]:
+    """Why a run waits (``blocked``): no live worker serves step ``sd`` (or has what it requires)."""
+    if sd.requires:
+        needs = ", ".join(sd.requires)
+        message = f"no live worker with capability {needs} serves step {sd.name!r} (queue {sd.route!r})"
+    else:
+        message = f"no live worker serves step {sd.name!r} on queue {sd.route or 'default'!r}"
+    reason = {"message": message, "code": "no_capable_worker", "retryable": True, "type": "Blocked"}
+    return {**reason, "traceback": None, "step": sd.name, "queue": sd.route, "requires": list(sd.requires)}

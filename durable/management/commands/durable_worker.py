@@ -8,6 +8,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from durable import runtime
+from durable.engine.requirements import check_requires
+from durable.exceptions import ConfigurationError
 from durable.worker import WorkerLoop
 
 
@@ -21,10 +24,23 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--interval", type=float, default=None, help="seconds to wait when idle")
         parser.add_argument("--once", action="store_true", help="run one pass of every sweep and exit")
+        parser.add_argument(
+            "--capability",
+            action="append",
+            default=[],
+            metavar="NAME[,NAME]",
+            help="what this worker has (repeatable): it runs the steps declared with requires=[...] "
+            "that it covers, and advertises them in the fleet",
+        )
 
-    def handle(self, *args: Any, interval: float | None, once: bool, **options: Any) -> None:
+    def handle(self, *args: Any, interval: float | None, once: bool, capability: list[str], **options: Any) -> None:
         if interval is not None and interval <= 0:
             raise CommandError("--interval must be a positive number of seconds")
+        names = [name.strip() for given in capability for name in given.split(",") if name.strip()]
+        try:
+            runtime.serve_capabilities(frozenset(check_requires(names, "--capability")))
+        except ConfigurationError as exc:
+            raise CommandError(str(exc)) from None
         stop = threading.Event()
         loop = WorkerLoop(interval=interval, stop=stop)
         if once:
@@ -38,6 +54,11 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, request_stop)
         signal.signal(signal.SIGINT, request_stop)
+        # In the fleet (no queues: it polls the tables), so a step's requirements find it.
+        runtime.start_advertising([])
         self.stdout.write("durable_worker: running (Ctrl-C to stop)")
-        loop.run_forever()
+        try:
+            loop.run_forever()
+        finally:
+            runtime.stop_advertising()
         self.stdout.write("durable_worker: stopped")
