@@ -8,7 +8,13 @@ import sys
 from django.apps import AppConfig
 from django.core import checks
 
-from durable.checks import check_recovery, check_retention_archive, check_settings, check_sweep_queue
+from durable.checks import (
+    check_recovery,
+    check_retention,
+    check_retention_archive,
+    check_settings,
+    check_sweep_queue,
+)
 
 
 class DurableConfig(AppConfig):
@@ -33,6 +39,7 @@ class DurableConfig(AppConfig):
         checks.register(check_sqlite, "durable")
         checks.register(check_sweep_queue, "durable")
         checks.register(check_retention_archive, "durable")
+        checks.register(check_retention, "durable")
         if _is_dev_server():
             from durable.worker import start_embedded
 

@@ -4,6 +4,7 @@
 ``durable.W001``: a setting turns a lost message into a stuck run (``STEP_LEASE=None``).
 ``durable.W020``: with Celery, the sweeps are sent to a queue that work goes to too, so they
 would wait behind its backlog (and recovery with them).
+``durable.W030``: ``RETENTION`` keeps every finished run forever, so the tables grow without bound.
 ``durable.E030``: ``RETENTION_ARCHIVE`` names nothing callable, so every retention batch would
 fail its archive and nothing would ever be deleted.
 """
@@ -119,5 +120,29 @@ def check_retention_archive(app_configs: object = None, **kwargs: object) -> lis
             f"settings.DURABLE['RETENTION_ARCHIVE'] {path!r} {problem}: retention would archive and delete nothing",
             hint="Give the dotted path of a function archive(runs) taking a list of runs as JSON, or remove it.",
             id="durable.E030",
+        )
+    ]
+
+
+def check_retention(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
+    """``durable.W030`` when ``RETENTION`` keeps every status forever (``None``, or None for each status).
+
+    Nothing then ever deletes a run: ``durable_run`` and ``durable_checkpoint``
+    grow with every run, and with them the indexes, the backups and the lists.
+    """
+    from django.conf import settings
+
+    from durable import conf
+
+    values, found = conf.problems(getattr(settings, "DURABLE", None))
+    if found or any(age is not None for age in values["RETENTION"].values()):
+        return []
+    return [
+        checks.Warning(
+            "settings.DURABLE['RETENTION'] keeps every finished run forever: durable_run and durable_checkpoint "
+            "grow with every run (and their indexes and backups with them).",
+            hint="Give the statuses an age (the default: completed and cancelled 30d, failed 90d), archive with "
+            "RETENTION_ARCHIVE first if you must keep them, or silence durable.W030 if this is intended.",
+            id="durable.W030",
         )
     ]

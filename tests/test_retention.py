@@ -15,6 +15,7 @@ from django.test import override_settings
 
 import durable
 from durable import conf, runtime
+from durable.checks import check_retention, check_retention_archive
 from durable.engine.core import Engine
 from durable.models import Run
 from durable.signals import runs_evicted
@@ -150,6 +151,16 @@ def test_retention_none_keeps_everything_and_bad_values_are_refused():
             conf.parse({"RETENTION": bad})
     with pytest.raises(ImproperlyConfigured, match="RETENTION_ARCHIVE"):
         conf.parse({"RETENTION_ARCHIVE": 42})
+    with override_settings(DURABLE={"RETENTION": None}):
+        assert [m.id for m in check_retention()] == ["durable.W030"]
+    with override_settings(DURABLE={"RETENTION": {"completed": None, "cancelled": None, "failed": None}}):
+        assert [m.id for m in check_retention()] == ["durable.W030"]
+    with override_settings(DURABLE={"RETENTION": {"completed": None}}):
+        assert check_retention() == []
+    with override_settings(DURABLE={"RETENTION_ARCHIVE": "tests.test_retention.nowhere"}):
+        assert [m.id for m in check_retention_archive()] == ["durable.E030"]
+    with override_settings(DURABLE={"RETENTION_ARCHIVE": f"{__name__}.archive_runs"}):
+        assert check_retention_archive() == []
     with pytest.raises(durable.ConfigurationError, match="workflow 'r_bad' retention has unknown status 'done'"):
         durable.workflow(name="r_bad", retention={"done": "1d"})(lambda ctx: None)
 

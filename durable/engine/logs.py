@@ -8,7 +8,8 @@ Logger names (all below ``durable``): ``durable.turn`` (turns),
 ``durable.steps`` (dispatched steps), ``durable.sweeps`` (sweeps),
 ``durable.lifecycle`` (lifecycle events), ``durable.leases`` (the lease
 keeper), ``durable.store`` (stores), ``durable.events`` (events),
-``durable.fleet`` (worker advertisement), ``durable.worker`` (the
+``durable.fleet`` (worker advertisement), ``durable.retention`` (retention's
+archive failures), ``durable.worker`` (the
 ``durable_worker`` loop), ``durable.celery`` and ``durable.inline``
 (transports) and ``durable`` itself (listeners).
 """
