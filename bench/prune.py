@@ -142,45 +142,18 @@ def _median(values: list[float]) -> float | None:
     return round(statistics.median(values), 1) if values else None
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=1_000_000)
-    parser.add_argument("--checkpoints", type=int, default=10)
-    parser.add_argument("--mode", choices=["signal", "caller"], default="signal")
-    parser.add_argument("--w1-workflows", type=int, default=200)
-    parser.add_argument("--w1-reps", type=int, default=5)
-    parser.add_argument("--fast", action="store_true", help="durable_prune --fast: no rest between batches")
-    parser.add_argument("--out", default=str(RESULTS))
-    args = parser.parse_args()
-    _recreate_database()
-
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    from durable.runtime import get_engine
-
-    settings = get_engine().settings
-    started_at = datetime.now(UTC)
-    fixture_s = build_fixture(args.runs, args.checkpoints, started_at - timedelta(days=60))
-    print(f"fixture: {args.runs:,} runs x {args.checkpoints} checkpoints in {fixture_s:.1f} s", flush=True)
-    alone = w1(args, args.w1_reps, 20)
-    print(f"workload 1 alone: {_median(alone)} workflows/s", flush=True)
-    load_before = os.getloadavg()[0]
-    report, overlapping, prune_s = beside(args)
-    load_beside = os.getloadavg()[0]
-    after = w1(args, args.w1_reps, 5)
-    deleted = report["total"]
-    rows = sum(report["rows"].values())
+def _result(args: argparse.Namespace, measured: dict[str, Any]) -> dict[str, Any]:
+    """The JSON document of one run of the benchmark, from what :func:`main` measured."""
+    alone, overlapping, after = measured["alone"], measured["beside"], measured["after"]
+    report, prune_s = measured["report"], measured["prune_s"]
+    deleted, rows = report["total"], sum(report["rows"].values())
     ratio = statistics.median(overlapping) / statistics.median(alone) if overlapping else None
-    result = {
-        "started_at": started_at.isoformat(),
+    return {
+        "started_at": measured["started_at"].isoformat(),
         "runs": args.runs,
         "checkpoints_per_run": args.checkpoints,
-        "retention_batch": settings.retention_batch,
-        "fixture_seconds": round(fixture_s, 1),
+        "retention_batch": measured["batch"],
+        "fixture_seconds": round(measured["fixture_s"], 1),
         "w1": {
             "mode": args.mode,
             "workflows": args.w1_workflows,
@@ -202,16 +175,53 @@ def main() -> None:
             "runs_per_s": round(deleted / prune_s, 1),
             "rows_per_s": round(rows / prune_s, 1),
         },
-        "loadavg_1m": {"before_prune": round(load_before, 2), "after_prune": round(load_beside, 2)},
+        "loadavg_1m": measured["load"],
         "cores": os.cpu_count(),
     }
-    line = (
-        f"prune: {deleted:,} runs ({rows:,} rows) in {prune_s:.1f} s = {deleted / prune_s:,.0f} runs/s; "
-        f"workload 1 alone {_median(alone)}/s, beside {_median(overlapping)}/s "
-        f"({len(overlapping)} reps), ratio {result['w1']['ratio_beside_alone']}; after {_median(after)}/s"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=1_000_000)
+    parser.add_argument("--checkpoints", type=int, default=10)
+    parser.add_argument("--mode", choices=["signal", "caller"], default="signal")
+    parser.add_argument("--w1-workflows", type=int, default=200)
+    parser.add_argument("--w1-reps", type=int, default=5)
+    parser.add_argument("--fast", action="store_true", help="durable_prune --fast: no rest between batches")
+    parser.add_argument("--out", default=str(RESULTS))
+    return parser
+
+
+def main() -> None:
+    args = _parser().parse_args()
+    _recreate_database()
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    from durable.runtime import get_engine
+
+    started_at = datetime.now(UTC)
+    m: dict[str, Any] = {"started_at": started_at, "batch": get_engine().settings.retention_batch}
+    m["fixture_s"] = build_fixture(args.runs, args.checkpoints, started_at - timedelta(days=60))
+    print(f"fixture: {args.runs:,} runs x {args.checkpoints} checkpoints in {m['fixture_s']:.1f} s", flush=True)
+    m["alone"] = w1(args, args.w1_reps, 20)
+    print(f"workload 1 alone: {_median(m['alone'])} workflows/s", flush=True)
+    load_before = os.getloadavg()[0]
+    m["report"], m["beside"], m["prune_s"] = beside(args)
+    m["load"] = {"before_prune": round(load_before, 2), "after_prune": round(os.getloadavg()[0], 2)}
+    m["after"] = w1(args, args.w1_reps, 5)
+    result = _result(args, m)
+    prune, w = result["prune"], result["w1"]
+    print(
+        f"prune: {prune['deleted_runs']:,} runs ({prune['deleted_rows']:,} rows) in {prune['seconds']} s = "
+        f"{prune['runs_per_s']:,.0f} runs/s; workload 1 alone {w['alone_median']}/s, beside {w['beside_median']}/s "
+        f"({len(m['beside'])} reps), ratio {w['ratio_beside_alone']}; after {w['after_median']}/s"
     )
-    print(line)
-    if not overlapping:
+    if not m["beside"]:
         print("WARNING: no repetition of workload 1 ran entirely beside the prune: raise --runs")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     path = Path(args.out) / f"prune-{started_at.strftime('%Y%m%dT%H%M%SZ')}.json"
