@@ -94,3 +94,28 @@ def test_prepared_statements_can_be_turned_off():
     connection.close()
     _run(3)
     assert _prepared() == []
+
+
+@durable.workflow(name="hp_singleton", singleton=durable.Singleton(key="k"))
+def hp_singleton(ctx: durable.WorkflowContext, data: dict[str, Any]) -> str:
+    return str(data["k"])
+
+
+@override_settings(DURABLE={"TRANSPORT": "manual"})
+def test_a_start_without_singleton_is_one_insert_and_its_run_never_reads_a_slot():
+    durable.start("hp_local_chain", 1)  # warm
+    with _statements() as seen:
+        run_id = durable.start("hp_local_chain", 1)
+    assert [sql.split()[0] for sql, _ in seen] == ["INSERT"]
+    with _statements() as seen:
+        get_engine().run_turn(run_id)
+    assert Run.objects.get(pk=run_id).status == "completed"
+    assert not any("durable_singletonslot" in sql for sql, _ in seen)
+    # A singleton's start locks its key in one transaction; its final commit hands the slot over.
+    with _statements() as seen:
+        singleton_id = durable.start("hp_singleton", {"k": 1})
+    slot = [in_txn for sql, in_txn in seen if "durable_singletonslot" in sql]
+    assert slot and all(slot)
+    with _statements() as seen:
+        get_engine().run_turn(singleton_id)
+    assert any("durable_singletonslot" in sql for sql, _ in seen)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -160,6 +161,23 @@ def test_a_failed_run_frees_its_slot():
     assert run_until_settled("c1-b").status == RunStatus.COMPLETED
 
 
+def test_a_run_that_dies_frees_its_slot():
+    with fake_clock() as clock:
+        start(s_sync, "a")
+        start(s_sync, "b")
+        engine = get_engine()
+        now = clock.now()
+        # A worker took the first run's turn and died: its lease lapses, and it is past its recoveries.
+        assert engine.store.acquire("c1-a", "gone-worker", now, now + timedelta(seconds=30)) is not None
+        Run.objects.filter(id="c1-a").update(recovery_attempts=engine.settings.max_recovery_attempts)
+        clock.advance("31s")
+        counts = drive()
+        assert counts["dead"] == 1
+        assert Run.objects.get(id="c1-a").status == RunStatus.DEAD
+        assert Run.objects.get(id="c1-b").status != RunStatus.QUEUED  # admitted right after the dead write
+        assert counts["admitted"] == 0  # not by the sweep: the write that killed it handed the slot over
+
+
 def test_a_missing_key_is_refused_with_a_clear_error():
     with pytest.raises(durable.InvalidInput, match="singleton on input field 'customer'"):
         durable.start(s_sync, {"n": "a"})
@@ -176,3 +194,16 @@ def test_the_sweep_admits_runs_whose_slot_was_freed_without_a_hand_over():
         counts = drive()
     assert counts["admitted"] == 1
     assert Run.objects.get(id="c1-b").status == RunStatus.SUSPENDED
+
+
+def test_signal_with_start_of_a_singleton_queues_with_its_signal_or_refuses_past_the_depth():
+    start(s_strict, "a")
+    with pytest.raises(durable.QueueFull):
+        durable.signal_with_start(s_strict, "c1-b", "go", input={"customer": "c1", "n": "b"})
+    assert not Run.objects.filter(id="c1-b").exists()
+    start(s_sync, "a", customer="c2")
+    durable.signal_with_start(s_sync, "c2-b", "go", input={"customer": "c2", "n": "b"})
+    assert Run.objects.get(id="c2-b").status == RunStatus.QUEUED
+    durable.signal("c2-a", "go")
+    run_until_settled("c2-a")
+    assert run_until_settled("c2-b").status == RunStatus.COMPLETED  # its buffered signal waited with it

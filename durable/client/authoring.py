@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any
 
 from durable.client.base import ClientBase, after_commit
@@ -63,7 +64,7 @@ class AuthoringMixin(ClientBase):
         with engine.store.atomic():
             # The insert decides between concurrent callers (the primary key): a loser waits for
             # the winner's transaction, then finds the run and only signals it, after the winner.
-            created = self._traced_create(fields, engine.store.create_run)
+            created = self._traced_create(fields, partial(self._insert, max_queue_depth=self._start_depth(fields)))
             if not created:
                 existing = engine.store.get_run(run_id)
                 if existing is not None and existing.workflow != fields["workflow"]:

@@ -148,6 +148,14 @@ class ClientBase:
         self._dispatch_after_commit(due + list(result.admitted))
         return result.created
 
+    def _insert(self, fields: dict[str, Any], max_queue_depth: int | None = None) -> bool:
+        """Insert a run without announcing it (the caller does); a singleton's is admitted to its key."""
+        if fields.get("singleton_key") is None:
+            return self.engine.store.create_run(fields)
+        result = self.engine.store.admit_run(fields, max_queue_depth, fields["created_at"])
+        self._dispatch_after_commit(list(result.admitted))
+        return result.created
+
     def _start_depth(self, fields: dict[str, Any]) -> int | None:
         """The queue depth a start of this run's workflow may not pass (None: no singleton, or no bound)."""
         if fields.get("singleton_key") is None:

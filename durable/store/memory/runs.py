@@ -176,7 +176,7 @@ class RunsPart(MemoryBase):
             self._wake(tree, now)
             cancelled = self._cancel_tree([row["id"] for row in self._runs_with(tree, _IDLE)], now)
             woken = tree
-        if cancelled:
+        if cancelled and status != RunStatus.QUEUED:
             woken += self._hand_over_runs(cancelled, now)
             woken += self._wake_waiters([RUN_TOKEN + rid for rid in cancelled], now)
         return CancelResult(True, tuple(woken), tuple(cancelled))

@@ -176,7 +176,8 @@ class RunRows(StoreBase):
                     list(Run.objects.filter(id__in=tree, status__in=_IDLE).values_list("id", flat=True)), now
                 )
                 woken = tree
-            if cancelled:
+            if cancelled and status != RunStatus.QUEUED:
+                # (A queued run held no slot, and has no children: nothing to hand over, no slot lock to take.)
                 woken += self._hand_over_runs(cancelled, now)
         if cancelled:
             woken += self._wake_waiters([RUN_TOKEN + rid for rid in cancelled], now)
