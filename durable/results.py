@@ -35,6 +35,8 @@ class RunInfo:
     updated_at: datetime | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    # A singleton workflow's run: the key it holds (or, ``queued``, waits for) a slot of.
+    singleton_key: str | None = None
 
     @property
     def is_terminal(self) -> bool:
@@ -64,6 +66,7 @@ class RunInfo:
             updated_at=rec.updated_at,
             started_at=rec.started_at,
             finished_at=rec.finished_at,
+            singleton_key=rec.singleton_key,
         )
 
 

@@ -74,6 +74,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
             "retry_of",
             "forked_from",
             "forked_at_seq",
+            "singleton_key",
             "wake_at",
             "recovery_attempts",
             "created_at",

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from io import StringIO
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 
 import durable
 from durable.engine.vocab import RunStatus
@@ -207,3 +209,14 @@ def test_signal_with_start_of_a_singleton_queues_with_its_signal_or_refuses_past
     durable.signal("c2-a", "go")
     run_until_settled("c2-a")
     assert run_until_settled("c2-b").status == RunStatus.COMPLETED  # its buffered signal waited with it
+
+
+def test_a_queued_run_says_what_it_waits_for_in_get_run_and_durable_run():
+    start(s_sync, "a")
+    start(s_sync, "b")
+    info = durable.get_run("c1-b")
+    assert (info.status, info.singleton_key) == ("queued", "c1")
+    out = StringIO()
+    call_command("durable_run", "c1-b", stdout=out)
+    text = out.getvalue()
+    assert "queued" in text and "key c1" in text and "waiting for singleton key 'c1'" in text

@@ -95,6 +95,7 @@ def run_text(run: RunInfo, history: list[CheckpointRecord]) -> str:
         ("retry of", run.retry_of or ""),
         ("forked from", f"{run.forked_from} at #{run.forked_at_seq}" if run.forked_from else ""),
         ("continued to", run.continued_to or ""),
+        ("singleton", f"key {run.singleton_key}" if run.singleton_key is not None else ""),
         ("created", format_time(run.created_at)),
         ("started", format_time(run.started_at)),
         ("finished", format_time(run.finished_at)),
