@@ -10,12 +10,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from durable.decorators import entity, step, workflow
-from durable.engine.context import Call, ChildCall, WorkflowContext, call, child_call
+from durable.engine.context import Call, Callback, ChildCall, WorkflowContext, call, child_call
 from durable.engine.durations import parse_duration
 from durable.engine.plan_entities import EntityOpRecord
 from durable.engine.retry import Backoff
 from durable.engine.singletons import Singleton
 from durable.exceptions import (
+    BreakpointNotFound,
+    CallbackAlreadyCompleted,
+    CallbackFailed,
+    CallbackNotFound,
+    CallbackTimeout,
     ChildFailed,
     ConfigurationError,
     DurableError,
@@ -25,6 +30,7 @@ from durable.exceptions import (
     EventNotSet,
     FatalError,
     GatherFailed,
+    InvalidCallbackToken,
     InvalidInput,
     InvalidRunState,
     NonDeterminismError,
@@ -45,12 +51,15 @@ from durable.schedules.spec import Overlap, Schedule
 if TYPE_CHECKING:
     from durable.api import (
         cancel,
+        complete_callback,
         current_step,
+        fail_callback,
         fork,
         get_run,
         heartbeat,
         redispatch_pending,
         requeue,
+        resume_breakpoint,
         retry_with_input,
         signal,
         signal_with_start,
@@ -84,7 +93,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Backoff",
+    "BreakpointNotFound",
     "Call",
+    "Callback",
+    "CallbackAlreadyCompleted",
+    "CallbackFailed",
+    "CallbackNotFound",
+    "CallbackTimeout",
     "ChildCall",
     "ChildFailed",
     "Client",
@@ -98,6 +113,7 @@ __all__ = [
     "EventResult",
     "FatalError",
     "GatherFailed",
+    "InvalidCallbackToken",
     "InvalidInput",
     "InvalidRunState",
     "NonDeterminismError",
@@ -126,12 +142,14 @@ __all__ = [
     "call_entity",
     "cancel",
     "child_call",
+    "complete_callback",
     "configure_queue",
     "create_schedule",
     "current_step",
     "delete_schedule",
     "entity",
     "entity_ops",
+    "fail_callback",
     "fork",
     "get_entity_state",
     "get_event",
@@ -149,6 +167,7 @@ __all__ = [
     "redispatch_pending",
     "republish",
     "requeue",
+    "resume_breakpoint",
     "resume_queue",
     "resume_schedule",
     "retry_with_input",
@@ -186,6 +205,9 @@ _LAZY = {
     "Client": "durable.client",
     "RunInfo": "durable.results",
     "cancel": "durable.api",
+    "complete_callback": "durable.api",
+    "fail_callback": "durable.api",
+    "resume_breakpoint": "durable.api",
     "current_step": "durable.api",
     "fork": "durable.api",
     "get_run": "durable.api",

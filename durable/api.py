@@ -169,3 +169,39 @@ def signal_with_start(
     of another workflow or an argument is refused; nothing is written then.
     """
     return runtime.client().signal_with_start(workflow, run_id, name, payload, input=input, **start_options)
+
+
+def complete_callback(token: str, payload: Any = None) -> None:
+    """Complete the callback ``token`` names (``ctx.wait_for_callback``) with a JSON ``payload``.
+
+    Kept if the run is not waiting on it yet: ``handle.wait()`` returns it
+    when the run gets there. Exactly one completion or failure of a callback
+    is written: a second one, one after its timeout, or one after its run
+    ended raises :class:`~durable.CallbackAlreadyCompleted` and writes
+    nothing. A token this deployment did not sign raises
+    :class:`~durable.InvalidCallbackToken`; a run or callback that does not
+    exist, :class:`~durable.CallbackNotFound`. The run is woken once the
+    caller's transaction commits.
+    """
+    runtime.client().complete_callback(token, payload)
+
+
+def fail_callback(token: str, error: Any) -> None:
+    """Fail the callback ``token`` names: ``handle.wait()`` raises :class:`~durable.CallbackFailed`.
+
+    ``error`` is a message, a dict with a ``"message"``, or an exception
+    (recorded as the run's errors are, without its traceback). Refused as
+    :func:`complete_callback` refuses.
+    """
+    runtime.client().fail_callback(token, error)
+
+
+def resume_breakpoint(run_id: str) -> str:
+    """Let a run paused at ``ctx.breakpoint(label)`` go on past it; returns the label.
+
+    Raises :class:`~durable.BreakpointNotFound` when the run is not paused at
+    a breakpoint (never got there, already resumed, or ended) and
+    :class:`~durable.RunNotFound` for an unknown run; nothing is written then.
+    The run's next turn is dispatched once the caller's transaction commits.
+    """
+    return runtime.client().resume_breakpoint(run_id)

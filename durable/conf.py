@@ -81,10 +81,18 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           ``{"payments": {"concurrency": 5, "rate": "20/s",
                           "key_concurrency": 1}}``. A queue named here admits
                           its steps through the database (docs: Flow control).
+``CALLBACK_SECRET``       None. The key that signs ``ctx.wait_for_callback``
+                          tokens; None derives one from ``SECRET_KEY`` (changing
+                          either invalidates the tokens handed out).
+``CALLBACK_URL``          ``"/api/durable/callbacks/{token}/"``. The URL a
+                          callback handle gives out; set it to the absolute URL
+                          where ``durable_dashboard.urls`` is mounted.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,7 +106,7 @@ from durable.exceptions import InvalidInput
 
 TRANSPORTS = ("inline", "celery", "manual")
 # Django settings the parsed result depends on.
-WATCHED_SETTINGS = ("DURABLE", "CELERY_BROKER_URL")
+WATCHED_SETTINGS = ("DURABLE", "CELERY_BROKER_URL", "SECRET_KEY")
 
 DEFAULTS: dict[str, Any] = {
     "TRANSPORT": None,
@@ -130,6 +138,8 @@ DEFAULTS: dict[str, Any] = {
     "RETENTION_BATCH": 500,
     "RETENTION_INTERVAL": 600.0,
     "QUEUES": {},
+    "CALLBACK_SECRET": None,
+    "CALLBACK_URL": "/api/durable/callbacks/{token}/",
 }
 
 _DURATIONS = (
@@ -189,6 +199,9 @@ class DurableSettings:
     retention_interval: float = 600.0
     # Limited step queues by name (DURABLE["QUEUES"]); a queue not named here has no limits.
     queues: dict[str, QueueLimits] = field(default_factory=dict)
+    # The key of callback tokens (CALLBACK_SECRET, else derived from SECRET_KEY); empty: none configured.
+    callback_secret: bytes = b""
+    callback_url: str = "/api/durable/callbacks/{token}/"
 
 
 def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
@@ -229,7 +242,27 @@ def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
             found.append(f"settings.DURABLE[{key!r}] must be a non-empty string")
     _retention(values, found)
     values["QUEUES"] = _queues(values["QUEUES"], found)
+    _callbacks(values, found)
     return values, found
+
+
+def _callbacks(values: dict[str, Any], found: list[str]) -> None:
+    """Check ``CALLBACK_SECRET`` and ``CALLBACK_URL``; replace the secret by the signing key (bytes)."""
+    secret = values["CALLBACK_SECRET"]
+    if secret is not None and (not isinstance(secret, str) or not secret):
+        found.append("settings.DURABLE['CALLBACK_SECRET'] must be a non-empty string or None")
+        secret = None
+    if secret is None:
+        # A key of its own, derived from SECRET_KEY: a token never reveals anything about SECRET_KEY.
+        base = str(getattr(django_settings, "SECRET_KEY", "") or "")
+        values["CALLBACK_SECRET"] = (
+            hmac.new(base.encode(), b"durable.callbacks", hashlib.sha256).digest() if base else b""
+        )
+    else:
+        values["CALLBACK_SECRET"] = secret.encode()
+    url = values["CALLBACK_URL"]
+    if not isinstance(url, str) or url.count("{token}") != 1:
+        found.append(f"settings.DURABLE['CALLBACK_URL'] must be a string with one '{{token}}', got {url!r}")
 
 
 def _retention(values: dict[str, Any], found: list[str]) -> None:
@@ -305,6 +338,8 @@ def parse(raw: Any) -> DurableSettings:
         retention_batch=values["RETENTION_BATCH"],
         retention_interval=values["RETENTION_INTERVAL"],
         queues=values["QUEUES"],
+        callback_secret=values["CALLBACK_SECRET"],
+        callback_url=values["CALLBACK_URL"],
     )
 
 

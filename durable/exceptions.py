@@ -170,6 +170,42 @@ class EventNotSet(DurableError, LookupError):
     """``durable.get_event(run_id, key)``: the run never set that key."""
 
 
+class InvalidCallbackToken(DurableError):
+    """A callback token that this deployment did not sign (wrong signature, or not a token at all)."""
+
+
+class CallbackNotFound(DurableError, LookupError):
+    """A validly signed token whose run, or whose ``ctx.wait_for_callback``, does not exist (any more)."""
+
+
+class CallbackAlreadyCompleted(DurableError):
+    """The callback was already completed or failed, timed out, or its run has ended: nothing was written."""
+
+
+class CallbackFailed(DurableError):
+    """``handle.wait()``: the third party reported a failure with ``durable.fail_callback(token, error)``."""
+
+    def __init__(self, name: str, seq: int, error: object) -> None:
+        self.name = name
+        self.seq = seq
+        self.error = error
+        message = error.get("message") if isinstance(error, dict) else error
+        super().__init__(f"callback {name!r} (#{seq}) failed: {message}")
+
+
+class CallbackTimeout(DurableError, TimeoutError):
+    """``handle.wait()``: the callback's ``timeout`` passed before it was completed."""
+
+    def __init__(self, name: str, seq: int) -> None:
+        self.name = name
+        self.seq = seq
+        super().__init__(f"callback {name!r} (#{seq}) was not completed before its timeout")
+
+
+class BreakpointNotFound(DurableError, LookupError):
+    """``durable.resume_breakpoint(run_id)``: the run is not paused at a breakpoint."""
+
+
 class WaitTimeout(DurableError, TimeoutError):
     """``durable.wait_for_run(...)`` gave up before the run settled."""
 

@@ -55,6 +55,9 @@ CHECKPOINT_KIND_LABELS = {
     CheckpointKind.TRANSACTION: _("Database transaction"),
     CheckpointKind.COMPENSATION: _("Compensation"),
     CheckpointKind.ENTITY: _("Entity operation"),
+    CheckpointKind.CALLBACK: _("Callback"),
+    CheckpointKind.CALLBACK_WAIT: _("Wait for callback"),
+    CheckpointKind.BREAKPOINT: _("Breakpoint"),
 }
 RUN_STATUS_CHOICES = [(status.value, label) for status, label in RUN_STATUS_LABELS.items()]
 CHECKPOINT_STATUS_CHOICES = [(status.value, label) for status, label in CHECKPOINT_STATUS_LABELS.items()]

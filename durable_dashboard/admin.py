@@ -51,7 +51,7 @@ from durable_dashboard.permissions import allowed_namespaces, can, visible_runs
 from durable_dashboard.templatetags.durable_admin import dtime
 
 #: Admin actions on runs, in menu order.
-ADMIN_ACTIONS = ("requeue", "redispatch", "cancel", "cancel_compensate", "retry", "signal", "republish")
+ADMIN_ACTIONS = ("continue", "requeue", "redispatch", "cancel", "cancel_compensate", "retry", "signal", "republish")
 #: Statuses in which the detail page offers an action (bulk actions and the API report refusals instead).
 OFFERED_WHEN = {
     "requeue": (RunStatus.FAILED, RunStatus.DEAD),
@@ -61,6 +61,7 @@ OFFERED_WHEN = {
     "cancel_compensate": ACTIVE,
     "signal": ACTIVE,
     "republish": TERMINAL,
+    "continue": ACTIVE,  # and only while paused at a breakpoint (offered_actions)
 }
 ERROR_PREVIEW = 80
 ID_WIDTH = 24
@@ -327,6 +328,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
         return {
             "actions": self.offered_actions(request, run, waiting),
             "waiting_on": waiting,
+            "paused_at": next((w["what"] for w in waiting if w["kind"] == CheckpointKind.BREAKPOINT), None),
             "audit_entries": admin_pages.run_audit(run.id),
             "run": run,
             "status_badge": status_badge(run.status),
@@ -343,7 +345,10 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
             "live_interval": conf.get("LIVE_INTERVAL"),
             "timeline": timeline.build_timeline(run, checkpoints, now),
             "next_wake": timeline.next_wake(run, checkpoints),
-            "buffered_signals": [(sig, timeline.pretty(sig.payload)) for sig in run.buffered_signals.order_by("id")],
+            "buffered_signals": [
+                (timeline.masked(sig.name), sig, timeline.pretty(sig.payload))
+                for sig in run.buffered_signals.order_by("id")
+            ],
             "children": children,
             "parent": parent,
             "retry_of": retry_of,
@@ -368,7 +373,9 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
                 "confirm": action in admin_pages.CONFIRMED,
             }
             for action in ADMIN_ACTIONS
-            if run.status in OFFERED_WHEN[action] and can(request.user, action)
+            if run.status in OFFERED_WHEN[action]
+            and can(request.user, action)
+            and (action != "continue" or any(w["kind"] == CheckpointKind.BREAKPOINT for w in waiting))
         ]
 
     # -- actions and pages (durable_dashboard.admin_pages) -----------------------------------

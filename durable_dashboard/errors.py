@@ -40,6 +40,10 @@ STATUS_BY_CODE = {
     "invalid_run_state": status.HTTP_409_CONFLICT,
     # A singleton workflow's key has as many runs running and waiting as it takes: try later.
     "queue_full": status.HTTP_429_TOO_MANY_REQUESTS,
+    "invalid_callback_token": status.HTTP_403_FORBIDDEN,
+    "callback_not_found": status.HTTP_404_NOT_FOUND,
+    "callback_already_completed": status.HTTP_409_CONFLICT,
+    "breakpoint_not_found": status.HTTP_404_NOT_FOUND,
 }
 # Seconds a client is told to wait before retrying after a database outage.
 RETRY_AFTER_SECONDS = 5

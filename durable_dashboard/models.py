@@ -29,6 +29,7 @@ ACTION_PERMISSIONS: dict[str, tuple[str, str]] = {
     "signal": ("signal_run", "Can send signals to runs"),
     "update": ("update_run", "Can send updates to runs"),
     "republish": ("republish_run", "Can republish lifecycle events"),
+    "continue": ("continue_run", "Can continue runs paused at a breakpoint"),
 }
 #: Operator actions on schedules (seeing them needs ``durable.view_schedule``).
 SCHEDULE_PERMISSIONS: dict[str, tuple[str, str]] = {

@@ -17,9 +17,13 @@ from django.utils.translation import gettext_lazy as _
 
 import durable
 from durable.exceptions import (
+    BreakpointNotFound,
+    CallbackAlreadyCompleted,
+    CallbackNotFound,
     DurableError,
     EntityNotFound,
     EventNotSet,
+    InvalidCallbackToken,
     InvalidInput,
     InvalidRunState,
     QueueFull,
@@ -43,6 +47,10 @@ ERROR_CODES: tuple[tuple[type[Exception], str], ...] = (
     (EntityNotFound, "entity_not_found"),
     (ScheduleExists, "schedule_exists"),
     (EventNotSet, "event_not_set"),
+    (InvalidCallbackToken, "invalid_callback_token"),
+    (CallbackNotFound, "callback_not_found"),
+    (CallbackAlreadyCompleted, "callback_already_completed"),
+    (BreakpointNotFound, "breakpoint_not_found"),
     (UpdateRejected, "update_rejected"),
     (WorkflowNotFound, "workflow_not_found"),
     (InvalidInput, "invalid_input"),
@@ -129,6 +137,11 @@ def _republish(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
     return f"lifecycle events republished ({summary})", {"subscribers": report}
 
 
+def _continue(run_id: str, params: dict[str, Any]) -> tuple[str, Any]:
+    label = durable.resume_breakpoint(run_id)
+    return f"continued past breakpoint {label!r}", {"breakpoint": label}
+
+
 RUN_ACTIONS: dict[str, Callable[[str, dict[str, Any]], tuple[str, Any]]] = {
     "requeue": _requeue,
     "redispatch": _redispatch,
@@ -139,6 +152,7 @@ RUN_ACTIONS: dict[str, Callable[[str, dict[str, Any]], tuple[str, Any]]] = {
     "signal": _signal,
     "update": _update,
     "republish": _republish,
+    "continue": _continue,
 }
 
 LABELS = {
@@ -152,6 +166,7 @@ LABELS = {
     "signal": _("Send signal"),
     "update": _("Send update"),
     "republish": _("Republish lifecycle events"),
+    "continue": _("Continue past the breakpoint"),
 }
 
 

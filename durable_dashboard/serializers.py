@@ -13,10 +13,20 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from durable.models import Admission, BufferedSignal, Checkpoint, CheckpointStatus, Run, SignalWaiter
+from durable.models import (
+    ACTIVE,
+    Admission,
+    BufferedSignal,
+    Checkpoint,
+    CheckpointKind,
+    CheckpointStatus,
+    Run,
+    SignalWaiter,
+)
 from durable.queues import step_wait_reason
 from durable_dashboard import conf
 from durable_dashboard.filters import RunFilter
+from durable_dashboard.timeline import masked
 
 RUN_ID = r"^[^\s\x00-\x1f\x7f]{1,255}$"
 NAME = r"^[^\s\x00-\x1f\x7f]{1,200}$"
@@ -126,14 +136,23 @@ class CheckpointSerializer(serializers.ModelSerializer[Checkpoint]):
         read_only_fields = fields
 
 
-class WaiterSerializer(serializers.ModelSerializer[SignalWaiter]):
+class MaskedNameMixin:
+    """Shows a callback's token (a credential) as ``__callback__:…`` in ``name``."""
+
+    def to_representation(self, instance: Any) -> Any:
+        data = super().to_representation(instance)  # type: ignore[misc]
+        data["name"] = masked(data["name"])
+        return data
+
+
+class WaiterSerializer(MaskedNameMixin, serializers.ModelSerializer[SignalWaiter]):
     class Meta:
         model = SignalWaiter
         fields = ("name", "seq", "created_at")
         read_only_fields = fields
 
 
-class BufferedSignalSerializer(serializers.ModelSerializer[BufferedSignal]):
+class BufferedSignalSerializer(MaskedNameMixin, serializers.ModelSerializer[BufferedSignal]):
     class Meta:
         model = BufferedSignal
         fields = ("id", "name", "payload", "created_at")
@@ -141,7 +160,9 @@ class BufferedSignalSerializer(serializers.ModelSerializer[BufferedSignal]):
 
 
 class RunDetailSerializer(RunSerializer):
-    """A run with its payloads, history, waiters and buffered signals."""
+    """A run with its payloads, history, waiters and buffered signals, and the breakpoint it is paused at."""
+
+    paused_at = serializers.SerializerMethodField(help_text="The label of the breakpoint the run is paused at.")
 
     checkpoints = CheckpointSerializer(many=True, read_only=True)
     waiters = WaiterSerializer(many=True, read_only=True)
@@ -158,8 +179,18 @@ class RunDetailSerializer(RunSerializer):
             "checkpoints",
             "waiters",
             "buffered_signals",
+            "paused_at",
         )
         read_only_fields = fields
+
+    def get_paused_at(self, run: Run) -> str | None:
+        # From the prefetched checkpoints: no query of its own.
+        pending = [
+            cp
+            for cp in run.checkpoints.all()
+            if cp.kind == CheckpointKind.BREAKPOINT and cp.status == CheckpointStatus.PENDING
+        ]
+        return max(pending, key=lambda cp: cp.seq).name if pending and run.status in ACTIVE else None
 
 
 class OutcomeSerializer(serializers.Serializer[Any]):
@@ -178,6 +209,13 @@ class BulkResultSerializer(serializers.Serializer[Any]):
     succeeded = serializers.IntegerField()
     failed = serializers.IntegerField()
     results = OutcomeSerializer(many=True)
+
+
+class CallbackResultSerializer(serializers.Serializer[Any]):
+    """What ``POST callbacks/{token}/`` wrote."""
+
+    ok = serializers.BooleanField()
+    outcome = serializers.ChoiceField(choices=["completed", "failed"])
 
 
 class ErrorSerializer(serializers.Serializer[Any]):

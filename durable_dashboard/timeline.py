@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from durable.display import RECONCILE, WAIT_KINDS, format_duration, wake_reason
-from durable.engine.vocab import EVENT_TOKEN, RUN_TOKEN, UNSETTLED, UPDATE_TOKEN, RunStatus
+from durable.engine.vocab import CALLBACK_TOKEN, EVENT_TOKEN, RUN_TOKEN, UNSETTLED, UPDATE_TOKEN, RunStatus
 from durable.models import ACTIVE, Admission, Checkpoint, CheckpointKind, CheckpointStatus, Run
 from durable.queues import step_wait_reason
 
@@ -149,7 +149,13 @@ _TOKENS: tuple[tuple[str, str], ...] = (
     (RUN_TOKEN, "run"),
     (EVENT_TOKEN, CheckpointKind.EVENT),
     (UPDATE_TOKEN, CheckpointKind.UPDATE),
+    (CALLBACK_TOKEN, CheckpointKind.CALLBACK),
 )
+
+
+def masked(name: str) -> str:
+    """A waiter's or buffered signal's name for display: a callback's token is a credential, never shown."""
+    return CALLBACK_TOKEN + "…" if name.startswith(CALLBACK_TOKEN) else name
 
 
 def _waited_for(token: str) -> tuple[str, str]:
@@ -170,8 +176,11 @@ def waiting_on(
         what = f"{run.singleton_key} (at most {run.singleton_limit} at a time, queue position {run.singleton_seq})"
         return [{"kind": "singleton key", "what": what, "due": None, "seq": None}]
     items: list[dict[str, Any]] = []
+    names = {cp.seq: cp.name for cp in checkpoints}
     for waiter in waiters:
         kind, what = _waited_for(waiter.name)
+        if kind == CheckpointKind.CALLBACK:
+            what = names.get(waiter.seq, "callback")  # its name, not its token
         items.append({"kind": kind, "what": what, "due": None, "seq": waiter.seq})
     for cp in checkpoints:
         if cp.status not in UNSETTLED:
@@ -183,6 +192,8 @@ def waiting_on(
             if cp.admission == Admission.WAITING and cp.status == CheckpointStatus.PENDING:
                 what += f": waiting, {step_wait_reason(cp.queue, cp.queue_key)}"
             items.append({"kind": CheckpointKind.STEP, "what": what, "due": cp.retry_at, "seq": cp.seq})
+        elif cp.kind == CheckpointKind.BREAKPOINT:
+            items.append({"kind": CheckpointKind.BREAKPOINT, "what": cp.name, "due": None, "seq": cp.seq})
         elif cp.kind in (CheckpointKind.SIGNAL, CheckpointKind.EVENT) and not any(i["seq"] == cp.seq for i in items):
             items.append({"kind": cp.kind, "what": cp.name, "due": cp.wake_at, "seq": cp.seq})
     for child in children:

@@ -9,6 +9,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path, re_path
 from rest_framework.routers import SimpleRouter
 
+from durable_dashboard.callbacks import CallbackView
 from durable_dashboard.entity_api import EntityDetailView
 from durable_dashboard.probes import HealthView, MetricsView
 from durable_dashboard.queue_api import QueueViewSet
@@ -34,6 +35,8 @@ urlpatterns = [
     path("health/", HealthView.as_view(), name="health"),
     re_path(r"^entities/(?P<name>[^/]+)/(?P<key>[^/]+)/$", EntityDetailView.as_view(), name="entity"),
     re_path(r"^metrics/?$", MetricsView.as_view(), name="metrics"),
+    path("callbacks/<str:token>/", CallbackView.as_view(), name="callback"),
+    path("callbacks/<str:token>/fail/", CallbackView.as_view(fail=True), name="callback-fail"),
     path("schema/", SchemaView.as_view(), name="schema"),
     path("docs/", SwaggerView.as_view(url_name="durable_api:schema"), name="docs"),
     path("", include(router.urls)),

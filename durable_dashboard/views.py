@@ -108,6 +108,8 @@ class RunViewSet(JSONEndpoint, viewsets.GenericViewSet[Run]):
             return "start"
         if name in ("signal", "requeue", "redispatch", "republish", "fork"):
             return name
+        if name == "continue_run":
+            return "continue"
         if name == "send_update":
             return "update"
         if name == "retry_with_input":
@@ -259,6 +261,15 @@ class RunViewSet(JSONEndpoint, viewsets.GenericViewSet[Run]):
         params = self._valid(s.ForkSerializer, request.data)
         reason = params.pop("reason", "")
         return self._act(request, "fork", params, reason=reason)
+
+    @documented(
+        summary="Continue a run paused at a breakpoint (404 when it is not paused at one)",
+        request=None,
+        responses={200: s.OutcomeSerializer, **ACTION_ERRORS},
+    )
+    @action(detail=True, methods=["post"], url_path="continue", url_name="continue")
+    def continue_run(self, request: Request, pk: str) -> Response:
+        return self._act(request, "continue", {})
 
     @documented(
         summary="Send a validated update to a run",

@@ -1,4 +1,4 @@
-"""Authoring operations on runs: fork a finished run from a chosen position, signal a run starting it if absent."""
+"""Authoring operations: fork a finished run, signal a run starting it if absent, callbacks, breakpoints."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ from functools import partial
 from typing import Any
 
 from durable.client.base import ClientBase, after_commit
+from durable.engine import callbacks
 from durable.engine.new_runs import clean_input, successor_fields
+from durable.engine.plan_external import BreakpointPlan, plan_callback
 from durable.engine.plan_fork import check_from_seq, plan_fork
+from durable.engine.serialization import error_record, to_json
 from durable.engine.vocab import TERMINAL
 from durable.exceptions import InvalidInput, InvalidRunState, RunNotFound
 from durable.validation import check_id
@@ -75,3 +78,38 @@ class AuthoringMixin(ClientBase):
             if created or woken:
                 after_commit(lambda: engine.transport.dispatch_turn(run_id))
         return run_id
+
+    # -- completions from outside the run --------------------------------------------------
+    def complete_callback(self, token: str, payload: Any = None) -> None:
+        """Complete the callback ``token`` names with ``payload`` (see :func:`durable.complete_callback`)."""
+        value = to_json(payload, "callback payload", max_bytes=self.engine.settings.max_payload_bytes)
+        self._settle_callback(token, payload=value)
+
+    def fail_callback(self, token: str, error: Any) -> None:
+        """Fail the callback ``token`` names with ``error`` (see :func:`durable.fail_callback`)."""
+        if isinstance(error, BaseException):
+            record: Any = {k: v for k, v in error_record(error, retryable=False).items() if k != "traceback"}
+        elif isinstance(error, str) and error:
+            record = {"message": error}
+        elif isinstance(error, dict) and isinstance(error.get("message"), str):
+            record = to_json(error, "callback error", max_bytes=self.engine.settings.max_payload_bytes)
+        else:
+            raise InvalidInput(f"error must be a message, a dict with a 'message' or an exception, got {error!r}")
+        self._settle_callback(token, error=record)
+
+    def _settle_callback(self, token: str, **outcome: Any) -> None:
+        engine = self.engine
+        run_id, seq = callbacks.read_token(engine.settings.callback_secret, token)
+        plan = plan_callback(run_id, seq, token, engine.clock.now(), **outcome)
+        with engine.store.atomic():
+            if engine.store.complete_callback(plan):
+                after_commit(lambda: engine.transport.dispatch_turn(run_id))
+
+    def resume_breakpoint(self, run_id: str) -> str:
+        """Let a run paused at a breakpoint go on; its label (see :func:`durable.resume_breakpoint`)."""
+        check_id(run_id)
+        engine = self.engine
+        with engine.store.atomic():
+            label = engine.store.resume_breakpoint(BreakpointPlan(run_id, engine.clock.now()))
+            after_commit(lambda: engine.transport.dispatch_turn(run_id))
+        return label

@@ -23,13 +23,14 @@ from typing import Any
 
 from durable.engine.ops.children import Call, ChildCall, ChildOps, call, child_call
 from durable.engine.ops.entities import EntityOps
+from durable.engine.ops.external import Callback, ExternalOps
 from durable.engine.ops.sagas import SagaOps
 from durable.engine.ops.values import ValueOps
 
-__all__ = ["Call", "ChildCall", "WorkflowContext", "call", "child_call"]
+__all__ = ["Call", "Callback", "ChildCall", "WorkflowContext", "call", "child_call"]
 
 
-class WorkflowContext(ChildOps, SagaOps, ValueOps, EntityOps):
+class WorkflowContext(ChildOps, ExternalOps, SagaOps, ValueOps, EntityOps):
     """Passed as the first argument of every workflow function.
 
     Not thread-safe and only valid during the turn that created it.

@@ -67,6 +67,9 @@ class CheckpointKind(StrEnum):
     TRANSACTION = "transaction"
     COMPENSATION = "compensation"
     ENTITY = "entity"
+    CALLBACK = "callback"
+    CALLBACK_WAIT = "callback_wait"
+    BREAKPOINT = "breakpoint"
 
 
 # Kinds whose pending state means the run has (or had) a waiter row.
@@ -76,6 +79,8 @@ WAIT_KINDS: tuple[CheckpointKind, ...] = (
     CheckpointKind.EVENT,
     CheckpointKind.CHILD,
     CheckpointKind.WAIT_RUN,
+    CheckpointKind.CALLBACK_WAIT,
+    CheckpointKind.BREAKPOINT,
 )
 # Failed kinds that a requeue resets so they run again.
 RESETTABLE: tuple[CheckpointKind, ...] = (
@@ -114,6 +119,8 @@ class TurnResult(StrEnum):
 RUN_TOKEN = "__run__:"
 EVENT_TOKEN = "__event__:"
 UPDATE_TOKEN = "__update__:"
+CALLBACK_TOKEN = "__callback__:"
+BREAKPOINT_TOKEN = "__breakpoint__:"
 
 
 class StepResult(StrEnum):

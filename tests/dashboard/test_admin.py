@@ -138,7 +138,7 @@ def test_detail_of_a_waiting_run(admin_client, make_run):
     assert "#2 go" in html  # the signal wait in the timeline
     waiting = page.context["waiting_on"]
     assert [(w["kind"], w["what"]) for w in waiting] == [("signal", "go")]
-    assert [sig.name for sig, _ in page.context["buffered_signals"]] == ["later"]
+    assert [name for name, _sig, _ in page.context["buffered_signals"]] == ["later"]
     assert "&quot;n&quot;: 1" in html  # pretty input
 
 

@@ -23,6 +23,7 @@ RUN_ACTIONS = {
     "redispatch": ("post", "redispatch/", {}, "redispatch"),
     "retry": ("post", "retry-with-input/", {"input": {"ok": True}}, "retry"),
     "fork": ("post", "fork/", {"from_seq": 1}, "fork"),
+    "continue": ("post", "continue/", {}, "continue"),
     "update": ("post", "update/approve/", {"arg": 1}, "update"),
     "republish": ("post", "republish/", {}, "republish"),
 }
@@ -570,6 +571,8 @@ def test_schema_and_docs(api, viewer, client):
         "/api/durable/runs/{id}/redispatch/",
         "/api/durable/runs/{id}/retry-with-input/",
         "/api/durable/runs/{id}/fork/",
+        "/api/durable/runs/{id}/continue/",
+        "/api/durable/callbacks/{token}/",
         "/api/durable/runs/{id}/update/{update_name}/",
         "/api/durable/runs/{id}/events/{key}/",
         "/api/durable/runs/{id}/republish/",

@@ -37,12 +37,14 @@ class _Wait:
     token: str
     timeout_code: str
     match: dict[str, Any] | None = None
+    # The exception a timeout raises (and records), from the wait's name and position.
+    timeout_error: Callable[[str, int], Exception] = SignalTimeout
 
 
-def _replayed(seq: int, cp: CheckpointRecord) -> Any:
+def _replayed(seq: int, cp: CheckpointRecord, timeout: Callable[[str, int], Exception] = SignalTimeout) -> Any:
     """A settled wait replays its value, or its timeout."""
     if cp.status == FAILED:
-        raise SignalTimeout(cp.name, seq)
+        raise timeout(cp.name, seq)
     return cp.output
 
 
@@ -101,11 +103,19 @@ class WaitOps(OpsBase):
             raise InvalidInput("wait_update needs a non-empty update name")
         return self._wait_buffered(UPDATE_TOKEN + name, name, CheckpointKind.UPDATE, timeout)
 
-    def _wait_buffered(self, token: str, name: str, kind: str, timeout: Duration | None) -> Any:
-        """Consume the oldest signal buffered under ``token``, or wait for one."""
+    def _wait_buffered(
+        self, token: str, name: str, kind: str, timeout: Duration | None, *, deadline: datetime | None = None, **on: Any
+    ) -> Any:
+        """Consume the oldest signal buffered under ``token``, or wait for one.
+
+        The wait times out ``timeout`` after it first waits, or at ``deadline``
+        if given (fixed earlier, by the caller); ``on`` overrides the timeout's
+        ``timeout_code`` and ``timeout_error`` of :class:`_Wait`.
+        """
         seq, cp = self._next(name, kind)
+        wait = _Wait(seq, name, kind, token, on.pop("timeout_code", "signal_timeout"), **on)
         if cp is not None and cp.status in SETTLED:
-            return _replayed(seq, cp)
+            return _replayed(seq, cp, wait.timeout_error)
         port = self._port
         now = self._clock.now()
         got = port.take_signal(token)
@@ -114,10 +124,11 @@ class WaitOps(OpsBase):
             port.defer(self._history.completed(seq, name, kind, create=cp is None, output=payload, finished_at=now))
             port.consume_signal(signal_id)
             return payload
-        deadline = cp.wake_at if cp is not None else None
-        if cp is None and timeout is not None:
+        if cp is not None:
+            deadline = cp.wake_at
+        elif timeout is not None:
             deadline = now + parse_duration(timeout)
-        self._park(_Wait(seq, name, kind, token, "signal_timeout"), cp, deadline, now)
+        self._park(wait, cp, deadline, now)
 
     # -- named events ----------------------------------------------------------
     def wait_event(self, name: str, match: dict[str, Any] | None = None, timeout: Duration | None = None) -> Any:
@@ -151,9 +162,9 @@ class WaitOps(OpsBase):
         port, history = self._port, self._history
         seq, name, kind = wait.seq, wait.name, wait.kind
         if deadline is not None and deadline <= now:
-            error = error_record(SignalTimeout(name, seq), code=wait.timeout_code, retryable=False)
+            error = error_record(wait.timeout_error(name, seq), code=wait.timeout_code, retryable=False)
             port.defer(history.failed(seq, name, kind, error, create=cp is None, wake_at=deadline, finished_at=now))
-            raise SignalTimeout(name, seq)
+            raise wait.timeout_error(name, seq)
         if cp is None:
             # An event wait records what it matches on; a signal or update wait has no input.
             fields: dict[str, Any] = {"input": {"match": wait.match}} if kind == CheckpointKind.EVENT else {}
