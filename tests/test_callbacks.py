@@ -278,3 +278,20 @@ def test_a_changed_breakpoint_label_is_non_determinism():
     run = run_until_settled(run_id)
     assert run.status == "failed" and run.error["code"] == "non_determinism"
     assert "breakpoint 'moved'" in run.error["message"]
+
+
+@durable.workflow(name="cb_instant")
+def cb_instant(ctx):
+    cb = ctx.wait_for_callback("instant")
+    # A third party that answers at once, before any step of this turn runs (here: the workflow
+    # itself; on replay the completion is refused as already written).
+    try:
+        durable.complete_callback(cb.token, "at once")
+    except durable.CallbackAlreadyCompleted:
+        pass
+    return cb.wait()
+
+
+@pytest.mark.django_db
+def test_the_handle_exists_before_wait_for_callback_returns():
+    assert run_until_settled(durable.start(cb_instant)).output == "at once"
