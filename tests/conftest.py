@@ -13,7 +13,7 @@ IN_CI = os.environ.get("CI") == "true"
 def pytest_configure(config: pytest.Config) -> None:
     # The test kit's pytest plugin, as an installed package registers it (the pytest11 entry point "durable").
     if not config.pluginmanager.has_plugin("durable"):
-        config.pluginmanager.import_plugin("durable.testing.pytest_plugin")
+        config.pluginmanager.import_plugin("durable.pytest_plugin")
 
 
 def is_postgres() -> bool:

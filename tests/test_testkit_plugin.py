@@ -70,3 +70,14 @@ def test_assert_step_called_counts_calls_by_function_or_name(durable_clock, dura
         assert_step_called(run_id, kp_add, times=3)
     with pytest.raises(AssertionError, match=r"steps called: \['kp.add', 'kp.double'\]"):
         assert_step_called(run_id, "kp.missing")
+
+
+def test_the_plugin_module_imports_without_django_settings():
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin"}  # no DJANGO_SETTINGS_MODULE: as pytest loads entry points
+    code = "import durable.pytest_plugin, sys; print(sorted(m for m in sys.modules if m.startswith('django.db')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=".")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"  # nothing of the ORM imported

@@ -135,7 +135,7 @@ def test_the_wheel_holds_exactly_the_two_apps_with_their_files(wheel: Path) -> N
     assert "durable_dashboard/locale/en/LC_MESSAGES/django.po" in names  # the extracted admin strings
     points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     # The test kit's fixtures reach a user's pytest through this entry point.
-    assert "[pytest11]\ndurable = durable.testing.pytest_plugin" in zipfile.ZipFile(wheel).read(points).decode()
+    assert "[pytest11]\ndurable = durable.pytest_plugin" in zipfile.ZipFile(wheel).read(points).decode()
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     requires = [line for line in text.splitlines() if line.startswith("Requires-Dist:")]

@@ -1,4 +1,4 @@
-"""The pytest plugin of the test kit (registered through the ``pytest11`` entry point).
+"""The pytest plugin of the test kit (registered through the ``pytest11`` entry point ``durable``).
 
 Fixtures, each a thin wrapper of :mod:`durable.testing`:
 
@@ -11,8 +11,10 @@ Fixtures, each a thin wrapper of :mod:`durable.testing`:
     ``durable_replay(*run_ids)`` asserts each run replays against the current code
     (:func:`~durable.testing.assert_replayable`); with no id, every run in the database.
 
-Nothing is imported from Django or durable until a fixture is used, so the
-plugin costs nothing in a test session that does not use it.
+Nothing is imported from Django or durable until a fixture is used: pytest
+loads the plugin before Django is set up (and in projects that do not use
+it), so this module lives outside :mod:`durable.testing`, whose import needs
+Django's settings.
 """
 
 from __future__ import annotations
