@@ -220,3 +220,22 @@ def test_a_queued_run_says_what_it_waits_for_in_get_run_and_durable_run():
     call_command("durable_run", "c1-b", stdout=out)
     text = out.getvalue()
     assert "queued" in text and "key c1" in text and "waiting for singleton key 'c1'" in text
+
+
+@durable.workflow(name="s_timed", singleton=durable.Singleton(key="customer"), timeout="1h")
+def s_timed(ctx: Any, data: dict[str, Any]) -> str:
+    ctx.wait_signal("go")
+    return data["n"]
+
+
+def test_a_queued_run_past_its_execution_timeout_fails_at_once_without_starting():
+    with fake_clock() as clock:
+        start(s_timed, "a")
+        start(s_timed, "b")
+        drive()
+        clock.advance("61m")
+        drive()
+        drive()
+    waited = Run.objects.get(id="c1-b")
+    assert (waited.status, waited.error["code"], waited.started_at) == ("failed", "timeout", None)
+    assert Run.objects.get(id="c1-a").status == RunStatus.FAILED  # its own turn stopped it

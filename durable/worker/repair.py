@@ -44,14 +44,14 @@ def expire_timeouts(engine: Engine, *, should_stop: StopCheck = never) -> int:
         rec = engine.store.get_run(run_id)
         if rec is None:
             continue
-        if rec.status != RunStatus.BLOCKED:
+        if rec.status not in (RunStatus.BLOCKED, RunStatus.QUEUED):
             # The run's next turn stops at its first new operation, undoes completed steps
             # that declared a compensation (a saga), and ends failed with this error.
             if engine.store.request_timeout(run_id, now, error):
                 done += 1
                 engine.transport.dispatch_turn(run_id)
             continue
-        # A blocked run cannot execute its undo here: it fails at once.
+        # A blocked run cannot execute its undo here, a queued one never started: it fails at once.
         owed = lifecycle.owed_record(engine, rec.workflow, RunStatus.FAILED)
         if engine.store.fail_overdue(run_id, now, error, owed):
             done += 1
