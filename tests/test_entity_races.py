@@ -128,3 +128,16 @@ def test_a_workflow_call_that_times_out_is_recorded_and_raises_again_on_replay()
     run = run_until_settled(run_id)  # the lock is free now: the replay still takes the recorded timeout
     assert (run.status, run.output) == ("completed", "timed out")
     assert Entity.objects.get(key="busy").ops == 1  # the workflow's op was never applied
+
+
+@pytest.mark.postgres
+def test_a_call_inside_a_transaction_gives_the_transaction_its_lock_timeout_back() -> None:
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute("SET LOCAL lock_timeout = '7s'")
+        durable.call_entity("r_counter", "tx", "bump", 0, timeout=0.5)
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "7s"
+    with connection.cursor() as cursor:  # and a call of its own leaves the session's setting alone
+        durable.call_entity("r_counter", "tx", "bump", 0, timeout=0.5)
+        cursor.execute("SHOW lock_timeout")
+        assert cursor.fetchone()[0] == "0"

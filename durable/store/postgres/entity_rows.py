@@ -31,13 +31,17 @@ class PostgresEntities(EntityRows):
     def _lock_entity(self, call: EntityCall, now: datetime) -> Entity:
         if call.timeout is None:
             return super()._lock_entity(call, now)
+        # In the call's own transaction the setting ends with it; in a caller's, it is put back.
+        nested = bool(connection.savepoint_ids)
         with connection.cursor() as cursor:
-            cursor.execute("SELECT current_setting('lock_timeout')")
-            previous = cursor.fetchone()[0]
+            if nested:
+                cursor.execute("SELECT current_setting('lock_timeout')")
+                previous = cursor.fetchone()[0]
             cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{max(int(call.timeout * 1000), 1)}ms"])
         entity = super()._lock_entity(call, now)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
+        if nested:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('lock_timeout', %s, true)", [previous])
         return entity
 
     def _lock_timed_out(self, exc: OperationalError) -> bool:
