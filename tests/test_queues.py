@@ -159,3 +159,18 @@ def test_durable_run_shows_why_a_step_waits():
     out = StringIO()
     call_command("durable_run", run_id, stdout=out)
     assert "pending (waiting: queue 'q_lim' is paused)" in out.getvalue()
+
+
+def test_an_admission_with_nothing_waiting_is_one_statement():
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from durable.engine import admission
+    from durable.runtime import get_engine
+
+    engine = get_engine()
+    admission.admit(engine, "q_lim")  # creates the queue's row
+    with CaptureQueriesContext(connection) as queries:
+        assert admission.admit(engine, "q_lim").grants == ()
+    statements = [q["sql"] for q in queries.captured_queries if "SAVEPOINT" not in q["sql"]]  # the test's transaction
+    assert len(statements) == 1, statements

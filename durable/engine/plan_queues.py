@@ -179,28 +179,30 @@ class QueueAdmissionPlan:
     waiting: Admission = Admission.WAITING
     admitted: Admission = Admission.ADMITTED
 
-    def wanted(self, limits: QueueLimits, held: Mapping[str | None, int]) -> int:
-        """How many grants this call may make at most (before keys and rate), given the slots ``held``."""
+    def wanted(self, limits: QueueLimits, held: int) -> int:
+        """How many grants this call may make at most (before keys and rate), given ``held`` slots in use."""
         free = self.batch
         if limits.concurrency is not None:
-            free = min(free, limits.concurrency - sum(held.values()))
+            free = min(free, limits.concurrency - held)
         return max(free, 0)
 
     def choose(
         self,
         limits: QueueLimits,
-        held: Mapping[str | None, int],
+        held: int,
+        held_by_key: Mapping[str | None, int],
         candidates: Sequence[Candidate],
         rate_next_at: datetime | None,
     ) -> tuple[tuple[Grant, ...], datetime | None]:
         """The grants, taken from ``candidates`` in :func:`fair_order`, and the rate's next free start.
 
-        Keys at ``key_concurrency`` are skipped (a step without a key has no
-        per-key limit); with a rate, each grant
-        starts one interval after the previous one (never before ``now``),
-        up to :data:`RATE_LOOKAHEAD` ahead.
+        ``held``: slots in use; ``held_by_key``: those of the candidates' keys
+        (needed with ``key_concurrency`` only). Keys at ``key_concurrency`` are
+        skipped (a step without a key has no per-key limit); with a rate, each
+        grant starts one interval after the previous one (never before
+        ``now``), up to :data:`RATE_LOOKAHEAD` ahead.
         """
-        per_key = dict(held)
+        per_key = dict(held_by_key)
         grants: list[Grant] = []
         room = self.wanted(limits, held)
         start = self.now

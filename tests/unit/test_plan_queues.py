@@ -65,10 +65,10 @@ def test_priority_comes_before_fairness():
 def test_choose_respects_concurrency_keys_and_the_rate_spacing():
     plan = plan_queue_admission("q", at(0), QueueLimits(), 60.0, 100)
     rows = rank_within_keys([cand(i, "k" if i < 3 else None) for i in range(1, 6)])
-    grants, _ = plan.choose(QueueLimits(concurrency=3, key_concurrency=1), {"k": 0, None: 1}, rows, None)
+    grants, _ = plan.choose(QueueLimits(concurrency=3, key_concurrency=1), 1, {"k": 0}, rows, None)
     assert [g.id for g in grants] == [1, 3]  # one slot taken; key k at most one
     rate = QueueLimits(rate=Rate(4, 1.0))
-    grants, next_at = plan.choose(rate, {}, rows, at(0.1))
+    grants, next_at = plan.choose(rate, 0, {}, rows, at(0.1))
     starts = [g.start for g in grants]
     assert starts == [at(0.1), at(0.35), at(0.6), at(0.85), at(1.1)]
     assert next_at == at(1.35) and all(s < at(0) + RATE_LOOKAHEAD for s in starts)
@@ -77,7 +77,7 @@ def test_choose_respects_concurrency_keys_and_the_rate_spacing():
 
 def test_a_rate_grants_nothing_beyond_its_lookahead():
     plan = plan_queue_admission("q", at(0), QueueLimits(), 60.0, 100)
-    grants, next_at = plan.choose(QueueLimits(rate=Rate(1, 60.0)), {}, [cand(1)], at(5))
+    grants, next_at = plan.choose(QueueLimits(rate=Rate(1, 60.0)), 0, {}, [cand(1)], at(5))
     assert grants == () and next_at == at(5)
 
 

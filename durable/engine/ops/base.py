@@ -37,6 +37,8 @@ class OpsBase:
         self._clock = self._engine.clock
         # Completed steps with an undo, in order (a saga); rebuilt the same way on replay.
         self._compensations: list[Compensation] = []
+        # Limited queues this turn wrote waiting steps to: each is asked to admit once, after commit.
+        self._to_admit: set[str] = set()
 
     @property
     def run_id(self) -> str:

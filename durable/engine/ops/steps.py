@@ -220,7 +220,10 @@ class StepOps(OpsBase):
         self._port.defer(
             self._history.step_record(seq, sd.name, PENDING, create=True, admission=Admission.WAITING, **fields)
         )
-        self._port.after_commit(lambda: admission.admit_next(engine, [sd.route]))
+        queue = sd.route
+        if queue is not None and queue not in self._to_admit:
+            self._to_admit.add(queue)
+            self._port.after_commit(lambda: admission.admit_next(engine, [queue]))
 
     def _run_here(self, seq: int, sd: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], undo: Any) -> Any:
         """Run a dispatched step in this worker, during the turn (``EAGER_STEPS``).

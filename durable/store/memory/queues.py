@@ -57,7 +57,7 @@ class QueuesPart(MemoryBase):
         for cp in steps:
             if self._holds(cp, plan.now):
                 held[cp["queue_key"]] = held.get(cp["queue_key"], 0) + 1
-        if not plan.wanted(limits, held):
+        if not plan.wanted(limits, sum(held.values())):
             return QueueAdmitted(plan.queue)
         waiting = [cp for cp in steps if self._may_admit(cp, plan.now)]
         served: dict[str | None, datetime] = {}
@@ -78,7 +78,9 @@ class QueuesPart(MemoryBase):
             )
             for cp in waiting
         ]
-        grants, rate_next_at = plan.choose(limits, held, rank_within_keys(candidates), queue["rate_next_at"])
+        grants, rate_next_at = plan.choose(
+            limits, sum(held.values()), held, rank_within_keys(candidates), queue["rate_next_at"]
+        )
         by_id = {cp["id"]: cp for cp in waiting}
         for grant in grants:
             self.tables.set(by_id[grant.id], admission=Admission.ADMITTED, admitted_at=grant.start, wake_at=grant.until)

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, F, Max, Min, Q, Window
+from django.db.models import Case, Count, DateTimeField, Exists, F, Max, Min, Q, Value, When, Window
 from django.db.models.functions import RowNumber
 
 from durable.engine.plan_queues import Candidate, Grant, QueueAdmissionPlan, QueueAdmitted, effective_limits
@@ -22,51 +22,78 @@ def _record(row: Queue) -> QueueRecord:
 
 class QueueRows(StoreBase):
     def admit_steps(self, plan: QueueAdmissionPlan) -> QueueAdmitted:
-        """Execute an :class:`~durable.engine.plan_queues.QueueAdmissionPlan` in one transaction.
+        """Execute a :class:`~durable.engine.plan_queues.QueueAdmissionPlan` in one transaction.
 
         The queue row is locked first (created if missing), so admitters of
-        one queue take turns; slot holders are counted on the rows as they
-        are, then grants are written compare-and-set on ``pending``.
+        one queue take turns; the same statement says whether any step waits,
+        so a queue with nothing to admit costs that one statement. Then the
+        slots held are counted, the candidates read, and the grants written in
+        one statement, compare-and-set on ``pending``.
         """
         with transaction.atomic():
-            queue = self._lock_queue(plan.queue, plan.now)
-            if queue.paused:
-                return QueueAdmitted(plan.queue, paused=True)
-            limits = effective_limits(plan.defaults, queue.overrides or {})
-            held = self._held(plan)
+            queue = self._lock_queue(plan)
+            if queue is None or queue["paused"]:
+                return QueueAdmitted(plan.queue, paused=queue is not None)
+            limits = effective_limits(plan.defaults, queue["overrides"] or {})
+            # Counted by a statement of its own, after the lock: on PostgreSQL a statement that
+            # waited for the lock still reads with the snapshot it took before (its subqueries
+            # would miss the slots the previous holder of the lock just granted).
+            held = self._holders(plan).count()
             wanted = plan.wanted(limits, held)
             if not wanted:
                 return QueueAdmitted(plan.queue)
             candidates = self._candidates(plan, wanted)
             if not candidates:
                 return QueueAdmitted(plan.queue)
-            grants, rate_next_at = plan.choose(limits, held, candidates, queue.rate_next_at)
-            granted = tuple(grant for grant in grants if self._grant(plan, grant))
-            if rate_next_at != queue.rate_next_at:
+            keys = {c.key for c in candidates}
+            by_key = self._held_by_key(plan, keys) if limits.key_concurrency is not None else {}
+            grants, rate_next_at = plan.choose(limits, held, by_key, candidates, queue["rate_next_at"])
+            granted = self._grant(plan, grants)
+            if rate_next_at != queue["rate_next_at"]:
                 Queue.objects.filter(name=plan.queue).update(rate_next_at=rate_next_at)
         return QueueAdmitted(plan.queue, granted)
 
-    def _lock_queue(self, name: str, now: datetime) -> Queue:
-        row = Queue.objects.select_for_update().filter(name=name).first()
+    def _lock_queue(self, plan: QueueAdmissionPlan) -> dict[str, Any] | None:
+        """The queue row, locked, and whether a step waits (None: nothing waits, the queue is not paused).
+
+        ``waits`` is read with the statement's snapshot, which may be older than
+        the lock: it can only be wrong about a step written waiting by a commit
+        that has not asked for admission yet (every such writer asks after its
+        commit, and then finds it), or about one just admitted (then the fresh
+        counts that follow find nothing to do).
+        """
+        row = (
+            Queue.objects.select_for_update(of=("self",))
+            .filter(name=plan.queue)
+            .annotate(waits=Exists(self._waiting(plan)))
+            .values("paused", "overrides", "rate_next_at", "waits")
+            .first()
+        )
         if row is None:
-            Queue.objects.bulk_create([Queue(name=name, updated_at=now)], ignore_conflicts=True)
-            row = Queue.objects.select_for_update().get(name=name)
-        return row
+            Queue.objects.bulk_create([Queue(name=plan.queue, updated_at=plan.now)], ignore_conflicts=True)
+            return self._lock_queue(plan)
+        if not row["waits"] and not row["paused"]:
+            return None
+        return dict(row)
+
+    def _holders(self, plan: QueueAdmissionPlan) -> Any:
+        """Slot holders: admitted, unsettled, lease not lapsed, run active."""
+        return (
+            self._slots(plan)
+            .filter(admission=plan.admitted, status__in=plan.open, wake_at__gt=plan.now)
+            .filter(run__status__in=plan.run_statuses)
+        )
 
     @staticmethod
     def _slots(plan: QueueAdmissionPlan) -> Any:
         return Checkpoint.objects.filter(queue=plan.queue, kind=plan.kind, admission__isnull=False)
 
-    def _held(self, plan: QueueAdmissionPlan) -> dict[str | None, int]:
-        """Slots held now, by key: admitted, unsettled, lease not lapsed, run active."""
-        rows = (
-            self._slots(plan)
-            .filter(admission=plan.admitted, status__in=plan.open, wake_at__gt=plan.now)
-            .filter(run__status__in=plan.run_statuses)
-            .values("queue_key")
-            .annotate(n=Count("id"))
-            .order_by()
-        )
+    def _held_by_key(self, plan: QueueAdmissionPlan, keys: set[str | None]) -> dict[str | None, int]:
+        """Slots held now by each of ``keys`` (a step without a key has no per-key limit)."""
+        named = [k for k in keys if k is not None]
+        if not named:
+            return {}
+        rows = self._holders(plan).filter(queue_key__in=named).values("queue_key").annotate(n=Count("id")).order_by()
         return {row["queue_key"]: row["n"] for row in rows}
 
     def _waiting(self, plan: QueueAdmissionPlan) -> Any:
@@ -113,12 +140,24 @@ class QueueRows(StoreBase):
         )
         return {row["queue_key"]: row["last"] for row in rows}
 
-    def _grant(self, plan: QueueAdmissionPlan, grant: Grant) -> bool:
-        return bool(
-            Checkpoint.objects.filter(id=grant.id, status=CheckpointStatus.PENDING).update(
-                admission=plan.admitted, admitted_at=grant.start, wake_at=grant.until
-            )
-        )
+    def _grant(self, plan: QueueAdmissionPlan, grants: tuple[Grant, ...]) -> tuple[Grant, ...]:
+        """Write the grants in one statement (compare-and-set on ``pending``); those written."""
+        if not grants:
+            return ()
+        starts = {grant.start for grant in grants}
+        if len(starts) == 1:
+            admitted_at: Any = grants[0].start
+            wake_at: Any = grants[0].until
+        else:
+            admitted_at = Case(*(When(id=g.id, then=Value(g.start)) for g in grants), output_field=DateTimeField())
+            wake_at = Case(*(When(id=g.id, then=Value(g.until)) for g in grants), output_field=DateTimeField())
+        rows = Checkpoint.objects.filter(id__in=[g.id for g in grants], status=CheckpointStatus.PENDING)
+        written = rows.update(admission=plan.admitted, admitted_at=admitted_at, wake_at=wake_at)
+        if written == len(grants):
+            return grants
+        # Under the queue's lock nothing else grants; a step that left pending meanwhile is not dispatched.
+        mine = set(rows.filter(admission=plan.admitted).values_list("id", flat=True))
+        return tuple(grant for grant in grants if grant.id in mine)
 
     # -- the queue rows (runtime overrides, pause) ------------------------------------
     def queue_rows(self) -> dict[str, QueueRecord]:
@@ -129,7 +168,10 @@ class QueueRows(StoreBase):
     ) -> QueueRecord:
         """Replace the queue's stored overrides and/or set its paused flag (row created if missing)."""
         with transaction.atomic():
-            row = self._lock_queue(name, now)
+            row = Queue.objects.select_for_update().filter(name=name).first()
+            if row is None:
+                Queue.objects.bulk_create([Queue(name=name, updated_at=now)], ignore_conflicts=True)
+                row = Queue.objects.select_for_update().get(name=name)
             if overrides is not None:
                 row.overrides = dict(overrides)
             if paused is not None:

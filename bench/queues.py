@@ -1,0 +1,217 @@
+"""Benchmark: limited step queues (``DURABLE["QUEUES"]``), a benchmark, not a timed test.
+
+    python -m bench.queues                          # PostgreSQL database bench_queues, dropped and created again
+    python -m bench.queues --runs 4 --steps 25 --latency-steps 40 --count-steps 20   # a quick try
+
+Three figures, each on a queue with a limit and on the same step routed to a
+queue with none:
+
+1. **Throughput**: ``--runs`` runs of ``--steps`` dispatched steps each (a
+   ``ctx.gather`` fan-out), on the in-process transport with
+   ``WORKER_THREADS`` threads of this process; steps/s from the first start to
+   the last run completed, with ``concurrency: 50`` and with no limit (the
+   issue asks the first to be within 15% of the second).
+2. **Admission latency**: a queue with ``concurrency: 1`` and a backlog;
+   for each step admitted after another one's result, the time from that
+   result's write (its ``finished_at``) to the next step's admission
+   (``admitted_at``), both written by the engine: p50, p90 and max (the issue
+   asks for under 50 ms at p50).
+3. **Statements per step**: one run of ``--count-steps`` steps executed in
+   this thread (the manual transport; each admitted step run as a worker
+   runs a delivered message), every statement of the start, the turns, the
+   admissions and the steps counted and divided by the steps; limits on and
+   off (the issue's target: at most one extra).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+DB = os.environ.get("BENCH_QUEUES_DB", "postgres://postgres@127.0.0.1:5432/bench_queues")
+os.environ["DATABASE_URL"] = DB
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+QUEUES = {"bq_limited": {"concurrency": 50}, "bq_one": {"concurrency": 1}}
+
+
+def _recreate_database() -> None:
+    import psycopg
+
+    base, name = DB.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def _register() -> dict[str, Any]:
+    import durable
+
+    def make(queue: str) -> Any:
+        def work(i: int) -> int:
+            return i
+
+        return durable.step(name=f"{queue}.work", queue=queue)(work)  # one function per queue
+
+    steps = {queue: make(queue) for queue in ("bq_limited", "bq_free", "bq_one")}
+
+    @durable.workflow(name="bq.fan")
+    def fan(ctx: Any, data: dict[str, Any]) -> int:
+        step = steps[data["queue"]]
+        return len(ctx.gather(*(durable.call(step, i) for i in range(data["n"]))))
+
+    return steps
+
+
+def _settings(transport: str, threads: int) -> dict[str, Any]:
+    return {"TRANSPORT": transport, "EMBEDDED_WORKER": False, "WORKER_THREADS": threads, "QUEUES": QUEUES}
+
+
+def _wait_completed(run_ids: list[str], timeout: float = 600.0) -> None:
+    from durable.models import Run
+
+    deadline = time.monotonic() + timeout
+    while Run.objects.filter(id__in=run_ids).exclude(status="completed").exists():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"runs did not complete within {timeout:.0f} s")
+        time.sleep(0.02)
+
+
+def throughput(queue: str, runs: int, steps: int, threads: int) -> dict[str, Any]:
+    from django.test import override_settings
+
+    import durable
+
+    with override_settings(DURABLE=_settings("inline", threads)):
+        started = time.perf_counter()
+        ids = [durable.start("bq.fan", {"queue": queue, "n": steps}, run_id=f"{queue}-{i}") for i in range(runs)]
+        _wait_completed(ids)
+        seconds = time.perf_counter() - started
+        from durable.runtime import get_engine
+
+        get_engine().transport.shutdown(wait=True)
+    return {
+        "queue": queue,
+        "steps": runs * steps,
+        "seconds": round(seconds, 3),
+        "steps_per_s": round(runs * steps / seconds, 1),
+    }
+
+
+def admission_latency(steps: int, threads: int) -> dict[str, Any]:
+    from django.test import override_settings
+
+    import durable
+    from durable.models import Checkpoint
+
+    with override_settings(DURABLE=_settings("inline", threads)):
+        run_id = durable.start("bq.fan", {"queue": "bq_one", "n": steps}, run_id="latency")
+        _wait_completed([run_id])
+        from durable.runtime import get_engine
+
+        get_engine().transport.shutdown(wait=True)
+    rows = list(
+        Checkpoint.objects.filter(run_id=run_id).order_by("admitted_at").values_list("admitted_at", "finished_at")
+    )
+    gaps = [(nxt[0] - cur[1]).total_seconds() * 1000 for cur, nxt in zip(rows, rows[1:], strict=False)]
+    gaps.sort()
+    return {
+        "steps": steps,
+        "p50_ms": round(statistics.median(gaps), 2),
+        "p90_ms": round(gaps[int(len(gaps) * 0.9)], 2),
+        "max_ms": round(gaps[-1], 2),
+    }
+
+
+class _Counter:
+    """Statements of this thread's connection while ``on`` (the driver's own polling is not counted)."""
+
+    def __init__(self) -> None:
+        self.on = False
+        self.count = 0
+        self.thread = threading.get_ident()
+
+    def __call__(self, execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if self.on and threading.get_ident() == self.thread:
+            self.count += 1
+        return execute(sql, params, many, context)
+
+
+def statements(queue: str, steps: int) -> dict[str, Any]:
+    from django.db import connection
+    from django.test import override_settings
+
+    import durable
+    from durable.models import Checkpoint
+    from durable.runtime import get_engine
+
+    counter = _Counter()
+    with override_settings(DURABLE=_settings("manual", 1)), connection.execute_wrapper(counter):
+        engine = get_engine()
+        counter.on = True
+        run_id = durable.start("bq.fan", {"queue": queue, "n": steps}, run_id=f"count-{queue}")
+        engine.run_turn(run_id)
+        counter.on = False
+        while True:
+            ready = list(
+                Checkpoint.objects.filter(run_id=run_id, status="pending", kind="step")
+                .exclude(admission="waiting")
+                .values_list("seq", flat=True)
+            )
+            if not ready:
+                break
+            for seq in ready:
+                counter.on = True
+                engine.execute_step(run_id, seq)  # as a worker runs the delivered message
+                counter.on = False
+    status = durable.get_run(run_id).status
+    return {
+        "queue": queue,
+        "steps": steps,
+        "status": status,
+        "statements": counter.count,
+        "per_step": round(counter.count / steps, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--steps", type=int, default=100, help="steps per run (throughput)")
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--latency-steps", type=int, default=300)
+    parser.add_argument("--count-steps", type=int, default=100)
+    args = parser.parse_args()
+    _recreate_database()
+
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    _register()
+    free = throughput("bq_free", args.runs, args.steps, args.threads)
+    limited = throughput("bq_limited", args.runs, args.steps, args.threads)
+    off, on = statements("bq_free", args.count_steps), statements("bq_limited", args.count_steps)
+    report = {
+        "load": os.getloadavg(),
+        "throughput": {
+            "no_limit": free,
+            "concurrency_50": limited,
+            "ratio": round(limited["steps_per_s"] / free["steps_per_s"], 3),
+        },
+        "admission_latency": admission_latency(args.latency_steps, args.threads),
+        "statements_per_step": {"no_limit": off, "limited": on, "extra": round(on["per_step"] - off["per_step"], 2)},
+    }
+    json.dump(report, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+if __name__ == "__main__":
+    main()
