@@ -48,8 +48,9 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           a queue it consumes runs the step itself, under the
                           run's lease, as a local step runs (one commit, no
                           broker round trip). Steps with ``timeout=``, retries
-                          after the first failure and ``ctx.gather`` fan-outs
-                          are always dispatched.
+                          after the first failure, ``ctx.gather`` fan-outs and
+                          steps of limited queues (``QUEUES``) are always
+                          dispatched.
 ``PREPARED_STATEMENTS``   True. On PostgreSQL, the engine's hot-path statements
                           (a turn's commit, a step's claim and result, lease
                           and history reads) are prepared once per connection

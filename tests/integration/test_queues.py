@@ -22,6 +22,7 @@ import pytest
 import redis
 from django.db import connections
 from django.test import override_settings
+from django.utils import timezone
 
 import durable
 from durable.models import Checkpoint, Run
@@ -164,23 +165,35 @@ def test_a_hot_key_does_not_starve_cold_keys(cluster):
 @pytest.mark.durable_settings(QUEUES=QUEUES)
 @pytest.mark.timeout(300)
 def test_a_worker_killed_holding_slots_shrinks_the_limit_only_until_their_lease_lapses(cluster, tmp_path):
+    """Concurrency 2: worker A holds both slots with gated steps and is killed (kill -9).
+
+    Its slots stay held (nothing else is admitted, sweep after sweep) until
+    their leases lapse (the test moves them into the past); the next sweep
+    then hands both slots out again, and worker B, started afterwards (so its
+    start-up release of dead holders has nothing left to do), runs the rest.
+    """
     gate = tmp_path / "gate"
     a = cluster.spawn_worker("A", WORKER_QUEUES, concurrency=4)
     cluster.wait_ready(a)
     runs = start_batches("iq_kill", 1, 6, key=None, hold=f"gate:{gate}")
     started = lambda: len(executions("iq_kill"))  # noqa: E731
     wait_until(lambda: started() == 2, "two gated steps to start on A", diagnostics=cluster.diagnostics)
-    b = cluster.spawn_worker("B", WORKER_QUEUES, concurrency=4)
-    cluster.wait_ready(b)
     a.kill9()
+    held = Checkpoint.objects.filter(queue="iq_kill", admission="admitted", status__in=["pending", "running"])
     sweeper = cluster.sweeper()
     sweeper.wait_ticks(3)
-    # The dead worker's slots are still held (their leases run on): nothing else was admitted.
     assert started() == 2
-    assert Checkpoint.objects.filter(queue="iq_kill", admission="admitted", status="running").count() == 2
-    assert lapse_leases_of(a) == 2  # the two steps (the run waits suspended: no turn lease)
-    wait_until(lambda: started() == 4, "two more steps on B once the leases lapsed", diagnostics=cluster.diagnostics)
+    assert held.filter(status="running").count() == 2 and held.count() == 2  # the dead worker's, still held
+    lapsed_at = timezone.now()
+    assert lapse_leases_of(a) == 2  # its two steps (the run waits suspended: it holds no turn lease)
+    wait_until(
+        lambda: held.filter(admitted_at__gte=lapsed_at).count() == 2,
+        "both slots admitted again once the leases lapsed",
+        diagnostics=cluster.diagnostics,
+    )
     gate.write_text("open")
+    b = cluster.spawn_worker("B", WORKER_QUEUES, concurrency=4)
+    cluster.wait_ready(b)
     wait_completed(cluster, runs)
     rows = executions("iq_kill")
     live = [row for row in rows if row["pid"] == b.pid]
