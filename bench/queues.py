@@ -26,6 +26,7 @@ queue with none:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -118,7 +119,7 @@ def admission_latency(steps: int, threads: int) -> dict[str, Any]:
     rows = list(
         Checkpoint.objects.filter(run_id=run_id).order_by("admitted_at").values_list("admitted_at", "finished_at")
     )
-    gaps = [(nxt[0] - cur[1]).total_seconds() * 1000 for cur, nxt in zip(rows, rows[1:], strict=False)]
+    gaps = [(nxt[0] - cur[1]).total_seconds() * 1000 for cur, nxt in itertools.pairwise(rows)]
     gaps.sort()
     return {
         "steps": steps,
