@@ -363,12 +363,9 @@ class SingletonSlot(models.Model):
 
 
 class Entity(models.Model):
-    """One entity: the state of ``(name, key)`` and how many operations were applied to it.
+    """The state of entity ``(name, key)`` and its op count (the last op's position); not keyed to a run.
 
-    Written only by :meth:`durable.engine.ports.Store.apply_entity_op`, which
-    locks this row first, so the operations of one key are applied one at a
-    time (``ops`` is the last op's position). Not keyed to a run: run
-    retention never deletes it.
+    Written only by ``Store.apply_entity_op``, which locks this row first: one op of a key at a time.
     """
 
     name = models.CharField(max_length=100)
@@ -390,9 +387,8 @@ class Entity(models.Model):
 class EntityOp(models.Model):
     """An operation applied to an entity: its position, argument and result (or error).
 
-    Written in the transaction that changed the entity's state. An entity
-    keeps its newest ``history`` rows (1,000 by default); the op id is unique
-    per entity, so a repeat of a logged op is answered from its row.
+    Written with the entity's new state. An entity keeps its newest ``history`` rows (1,000 by
+    default); the op id is unique per entity, so a repeat of a logged op is answered from its row.
     """
 
     entity = models.ForeignKey(Entity, on_delete=models.CASCADE, related_name="log", db_index=False)
