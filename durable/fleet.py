@@ -138,9 +138,12 @@ class Advertiser:
         registry: Registry,
         clock: Clock,
         capabilities: Iterable[str] = (),
+        namespaces: Iterable[str] | None = None,
     ) -> None:
         self._store = store
         self._tags = sorted(capabilities)
+        # A scoped worker's namespaces (None: it serves all; the key is then absent).
+        self._namespaces = sorted(namespaces) if namespaces is not None else None
         self._registry = registry
         self._clock = clock
         self._worker_id = worker_id
@@ -167,7 +170,10 @@ class Advertiser:
         self._thread.start()
 
     def _descriptor(self) -> dict[str, Any]:
-        return descriptor(self._worker_id, self._queues, {"tags": self._tags}, registry=self._registry)
+        extra: dict[str, Any] = {"tags": self._tags}
+        if self._namespaces is not None:
+            extra["namespaces"] = self._namespaces
+        return descriptor(self._worker_id, self._queues, extra, registry=self._registry)
 
     def _beat(self) -> None:
         from django.db import connection

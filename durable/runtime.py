@@ -54,6 +54,8 @@ _keeper: LeaseKeeper | None = None
 _eager_routes: frozenset[str | None] = frozenset()
 # Capabilities of this process's workers (step requirements: durable.engine.requirements).
 _capabilities: frozenset[str] = frozenset()
+# Namespaces this process's worker serves (durable_worker --namespace); None: every namespace.
+_namespaces: frozenset[str] | None = None
 _clock: Clock = SystemClock()
 _embedded: WorkerLoop | None = None
 _embedded_lock = threading.Lock()
@@ -243,6 +245,7 @@ def _build_engine(current: conf.DurableSettings) -> Engine:
         fleet=_fleet(current, store),
         eager_routes=_eager_routes,
         capabilities=_capabilities,
+        namespaces=_namespaces,
         listeners=listeners,
         observer=_observer(current),
         faults=_faults,
@@ -302,6 +305,19 @@ def serve_capabilities(capabilities: frozenset[str]) -> None:
             _build_engine(_engine.settings)
 
 
+def serve_namespaces(namespaces: frozenset[str] | None) -> None:
+    """Scope this worker process to ``namespaces`` (``durable_worker --namespace``; None: all).
+
+    Its sweeps then take only those namespaces' runs and steps. An engine
+    already built is replaced by one with this scope.
+    """
+    global _namespaces
+    with _lock:
+        _namespaces = namespaces
+        if _engine is not None and _engine.namespaces != namespaces:
+            _build_engine(_engine.settings)
+
+
 def _fleet(current: conf.DurableSettings, store: object) -> Fleet:
     from durable.fleet import AnyFleet, DbFleet, RequirementsFleet
 
@@ -346,6 +362,7 @@ def start_advertising(queues: list[str]) -> None:
         registry=engine.registry,
         clock=engine.clock,
         capabilities=engine.capabilities,
+        namespaces=engine.namespaces,
     )
     _advertiser.start()
 

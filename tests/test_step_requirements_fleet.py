@@ -37,8 +37,8 @@ def _database_url() -> str:
     return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
-def _spawn(tmp: Path, tag: str, *extra: str) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.requirement_settings", "DATABASE_URL": _database_url()}
+def _spawn(tmp: Path, tag: str, *extra: str, module: str = "tests.requirement_settings") -> subprocess.Popen[bytes]:
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": module, "DATABASE_URL": _database_url()}
     with (tmp / f"{tag}.out").open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "manage.py", "durable_worker", "--interval", "0.5", *extra],

@@ -96,6 +96,7 @@ class Engine:
         observer: Observer | None = None,
         faults: StepFaults | None = None,
         capabilities: frozenset[str] = frozenset(),
+        namespaces: frozenset[str] | None = None,
     ) -> None:
         self.store = store
         self.transport = transport
@@ -111,6 +112,8 @@ class Engine:
         self.faults = faults if faults is not None else NO_FAULTS
         # What this process's workers have (durable_worker --capability; a Celery worker's queues).
         self.capabilities = capabilities
+        # The namespaces whose runs this process's worker takes (durable_worker --namespace); None: all.
+        self.namespaces = namespaces
         self.stats = EngineStats()
 
     def run_turn(

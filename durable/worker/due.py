@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from durable.engine.core import Engine
+from durable.engine.namespaces import scope
 from durable.engine.ports import CheckpointRecord, RunRecord
 from durable.engine.requirements import serves
 from durable.engine.vocab import StepResult
@@ -36,7 +37,8 @@ def never() -> bool:
 def run_due_steps(engine: Engine, *, should_stop: StopCheck = never) -> int:
     """Execute pending dispatched steps here (polling deployments and the test kit)."""
     done = 0
-    for run_id, seq, queue in engine.store.due_steps(engine.clock.now(), engine.settings.sweep_batch):
+    steps = engine.store.due_steps(engine.clock.now(), engine.settings.sweep_batch, **scope(engine.namespaces))
+    for run_id, seq, queue in steps:
         if should_stop():
             break
         if not serves(engine.capabilities, queue):
@@ -83,7 +85,9 @@ def wake_due_runs(
     """
     if not execute:
         done = 0
-        for run_id in engine.store.due_runs(engine.clock.now(), engine.settings.sweep_batch):
+        for run_id in engine.store.due_runs(
+            engine.clock.now(), engine.settings.sweep_batch, **scope(engine.namespaces)
+        ):
             if should_stop():
                 break
             engine.transport.dispatch_turn(run_id)
@@ -94,7 +98,9 @@ def wake_due_runs(
     started = time.monotonic()
     while not should_stop():
         now = engine.clock.now()
-        runs = engine.store.claim_due_runs(engine.owner, now, now + timedelta(seconds=engine.settings.lease), batch)
+        lease_until = now + timedelta(seconds=engine.settings.lease)
+        # A scoped worker (durable_worker --namespace) claims only its namespaces' runs.
+        runs = engine.store.claim_due_runs(engine.owner, now, lease_until, batch, **scope(engine.namespaces))
         if runs:
             done += _run_page(engine, runs, should_stop, runner)
         # A full page means more runs may be due. The worker loop (``runner``) claims the next

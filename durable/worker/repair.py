@@ -18,6 +18,7 @@ from typing import Any
 
 from durable.engine import admission, lifecycle, logs
 from durable.engine.core import Engine
+from durable.engine.namespaces import scope, serves_namespace
 from durable.engine.ports import ClaimCheck
 from durable.engine.retry import retry_delay
 from durable.engine.vocab import RunStatus
@@ -79,7 +80,7 @@ def recover_orphans(engine: Engine, *, execute: bool = True, should_stop: StopCh
     store = engine.store
     counts = {"recovered": 0, "dead": 0}
     now = engine.clock.now()
-    for run_id in store.orphans(now, engine.settings.sweep_batch):
+    for run_id in store.orphans(now, engine.settings.sweep_batch, **scope(engine.namespaces)):
         if should_stop():
             break
         now = engine.clock.now()
@@ -252,7 +253,16 @@ def redispatch_lost_steps(engine: Engine, *, should_stop: StopCheck = never) -> 
 
 
 def _turn(engine: Engine, run_id: str, execute: bool) -> None:
-    if execute:
+    if execute and _served(engine, run_id):
         engine.run_turn(run_id)
     else:
         engine.transport.dispatch_turn(run_id)
+
+
+def _served(engine: Engine, run_id: str) -> bool:
+    """Whether this worker takes the run's turn (a scoped worker leaves other namespaces' runs, now due,
+    to their own workers' due sweep)."""
+    if engine.namespaces is None:
+        return True
+    run = engine.store.get_run(run_id)
+    return run is not None and serves_namespace(engine.namespaces, run.namespace)

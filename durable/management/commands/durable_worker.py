@@ -9,6 +9,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from durable import runtime
+from durable.engine.namespaces import check_namespaces
 from durable.engine.requirements import check_requires
 from durable.exceptions import ConfigurationError
 from durable.worker import WorkerLoop
@@ -32,13 +33,30 @@ class Command(BaseCommand):
             help="what this worker has (repeatable): it runs the steps declared with requires=[...] "
             "that it covers, and advertises them in the fleet",
         )
+        parser.add_argument(
+            "--namespace",
+            action="append",
+            default=[],
+            metavar="NAME[,NAME]",
+            help="serve only these namespaces' runs (repeatable): their turns, timers and steps; "
+            "without it the worker serves every namespace",
+        )
 
-    def handle(self, *args: Any, interval: float | None, once: bool, capability: list[str], **options: Any) -> None:
+    def handle(
+        self,
+        *args: Any,
+        interval: float | None,
+        once: bool,
+        capability: list[str],
+        namespace: list[str],
+        **options: Any,
+    ) -> None:
         if interval is not None and interval <= 0:
             raise CommandError("--interval must be a positive number of seconds")
         names = [name.strip() for given in capability for name in given.split(",") if name.strip()]
         try:
             runtime.serve_capabilities(frozenset(check_requires(names, "--capability")))
+            runtime.serve_namespaces(check_namespaces(namespace, "--namespace"))
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from None
         stop = threading.Event()

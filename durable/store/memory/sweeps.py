@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -21,14 +21,19 @@ class SweepsPart(MemoryBase):
     # Provided by RunsPart: the store is one class made of these parts.
     _take: Callable[[Row, str, datetime, datetime], None]
 
-    def _pending(self) -> list[Row]:
-        rows = [r for r in self.tables.runs.values() if r["status"] == RunStatus.PENDING]
+    def _runs_of(self, namespaces: Collection[str] | None) -> list[Row]:
+        """The runs a worker scoped to ``namespaces`` takes (None: every run)."""
+        runs = self.tables.runs.values()
+        return list(runs) if namespaces is None else [r for r in runs if r["namespace"] in namespaces]
+
+    def _pending(self, namespaces: Collection[str] | None = None) -> list[Row]:
+        rows = [r for r in self._runs_of(namespaces) if r["status"] == RunStatus.PENDING]
         return sorted(rows, key=lambda r: (-r["priority"], r["created_at"]))
 
-    def _sleepers_due(self, now: datetime) -> list[Row]:
+    def _sleepers_due(self, now: datetime, namespaces: Collection[str] | None = None) -> list[Row]:
         rows = [
             r
-            for r in self.tables.runs.values()
+            for r in self._runs_of(namespaces)
             if r["status"] == RunStatus.SUSPENDED and r["wake_at"] is not None and r["wake_at"] <= now
         ]
         return sorted(rows, key=lambda r: r["wake_at"])
@@ -45,27 +50,33 @@ class SweepsPart(MemoryBase):
         return run is not None and run["status"] in ACTIVE
 
     @locked
-    def due_runs(self, now: datetime, limit: int) -> list[str]:
+    def due_runs(self, now: datetime, limit: int, *, namespaces: Collection[str] | None = None) -> list[str]:
         """Pending runs (highest priority, oldest first), then suspended runs whose wake is due (earliest)."""
-        pending = [r["id"] for r in self._pending()[:limit]]
-        return pending + [r["id"] for r in self._sleepers_due(now)[: max(limit - len(pending), 0)]]
+        pending = [r["id"] for r in self._pending(namespaces)[:limit]]
+        return pending + [r["id"] for r in self._sleepers_due(now, namespaces)[: max(limit - len(pending), 0)]]
 
     @atomically
-    def claim_due_runs(self, owner: str, now: datetime, lease_until: datetime, limit: int) -> list[RunRecord]:
-        """Take the leases of up to ``limit`` due runs at once (in :meth:`due_runs` order)."""
-        page = self._pending()[:limit]
-        page += self._sleepers_due(now)[: max(limit - len(page), 0)]
+    def claim_due_runs(
+        self, owner: str, now: datetime, lease_until: datetime, limit: int, *, namespaces: Collection[str] | None = None
+    ) -> list[RunRecord]:
+        """Take the leases of up to ``limit`` due runs at once (in :meth:`due_runs` order), of ``namespaces``."""
+        page = self._pending(namespaces)[:limit]
+        page += self._sleepers_due(now, namespaces)[: max(limit - len(page), 0)]
         for row in page:
             self._take(row, owner, now, lease_until)
         return [run_record(row) for row in page]
 
     @locked
-    def due_steps(self, now: datetime, limit: int) -> list[tuple[str, int, str | None]]:
-        """Pending dispatched steps of active runs that may be claimed now (fresh, or retry due)."""
+    def due_steps(
+        self, now: datetime, limit: int, *, namespaces: Collection[str] | None = None
+    ) -> list[tuple[str, int, str | None]]:
+        """Pending dispatched steps of active runs (of ``namespaces``) that may be claimed now."""
+        served = {r["id"] for r in self._runs_of(namespaces)}
         rows = [
             cp
             for cp in self._steps(CheckpointStatus.PENDING)
-            if self._active(cp["run_id"])
+            if cp["run_id"] in served
+            and self._active(cp["run_id"])
             and (cp["retry_at"] is None or cp["retry_at"] <= now)
             and claimable(cp["admission"], cp["admitted_at"], cp["wake_at"], now)
         ]
@@ -73,10 +84,10 @@ class SweepsPart(MemoryBase):
         return [(cp["run_id"], cp["seq"], cp["queue"]) for cp in rows[:limit]]
 
     @locked
-    def orphans(self, now: datetime, limit: int) -> list[str]:
+    def orphans(self, now: datetime, limit: int, *, namespaces: Collection[str] | None = None) -> list[str]:
         rows = [
             r
-            for r in self.tables.runs.values()
+            for r in self._runs_of(namespaces)
             if r["status"] == RunStatus.RUNNING and r["locked_until"] is not None and r["locked_until"] < now
         ]
         return [r["id"] for r in rows[:limit]]

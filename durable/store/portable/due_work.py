@@ -2,35 +2,46 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Min, Q
+from django.db.models import F, Min, Q, QuerySet
 
 from durable.engine.ports import RunRecord
 from durable.engine.vocab import ACTIVE, UNSETTLED, Admission, CheckpointKind, CheckpointStatus, RunStatus
 from durable.models import Checkpoint, Run, SignalWaiter
 from durable.store.portable.shared import StoreBase, run_record, ts
-from durable.store.statements import CLAIM_DUE_PAGE, CLAIM_PENDING_PAGE, claim_page_params
+from durable.store.statements import claim_page_params, claim_page_sql
+
+Namespaces = Collection[str] | None
+
+
+def scoped_runs(namespaces: Namespaces) -> QuerySet[Run]:
+    """The runs a worker scoped to ``namespaces`` takes (None: every run)."""
+    runs = Run.objects.all()
+    return runs if namespaces is None else runs.filter(namespace__in=list(namespaces))
 
 
 class DueWork(StoreBase):
-    def due_runs(self, now: datetime, limit: int) -> list[str]:
+    def due_runs(self, now: datetime, limit: int, *, namespaces: Namespaces = None) -> list[str]:
+        runs = scoped_runs(namespaces)
         pending = list(
-            Run.objects.filter(status=RunStatus.PENDING)
+            runs.filter(status=RunStatus.PENDING)
             .order_by("-priority", "created_at")
             .values_list("id", flat=True)[:limit]
         )
         suspended = list(
-            Run.objects.filter(status=RunStatus.SUSPENDED, wake_at__lte=now)
+            runs.filter(status=RunStatus.SUSPENDED, wake_at__lte=now)
             .order_by("wake_at")
             .values_list("id", flat=True)[: max(limit - len(pending), 0)]
         )
         return pending + suspended
 
-    def claim_due_runs(self, owner: str, now: datetime, lease_until: datetime, limit: int) -> list[RunRecord]:
+    def claim_due_runs(
+        self, owner: str, now: datetime, lease_until: datetime, limit: int, *, namespaces: Namespaces = None
+    ) -> list[RunRecord]:
         """Take the leases of up to ``limit`` due runs at once; return them as they now are.
 
         Pending runs first (highest priority, oldest), then suspended runs whose
@@ -40,15 +51,22 @@ class DueWork(StoreBase):
         ``turns + 1``), made for a whole page in one statement. On PostgreSQL
         the page is chosen ``FOR UPDATE SKIP LOCKED``, so concurrent claimers
         take disjoint runs without waiting for each other; SQLite serialises
-        writers, so there the one statement is atomic as it is.
+        writers, so there the one statement is atomic as it is. With
+        ``namespaces`` (a scoped worker) only runs of those namespaces are
+        chosen: the others are never leased, not even briefly.
         """
-        claimed = self._claim(owner, now, lease_until, limit, pending=True)
+        scope = sorted(namespaces) if namespaces is not None else None
+        claimed = self._claim(owner, now, lease_until, limit, pending=True, scope=scope)
         if len(claimed) < limit:
-            claimed += self._claim(owner, now, lease_until, limit - len(claimed), pending=False)
+            claimed += self._claim(owner, now, lease_until, limit - len(claimed), pending=False, scope=scope)
         return claimed
 
-    def _claim(self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool) -> list[RunRecord]:
-        runs = self._claim_page(owner, now, lease_until, limit, pending=pending)
+    def _claim(
+        self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool, scope: list[str] | None
+    ) -> list[RunRecord]:
+        if scope == []:
+            return []  # scoped to no namespace: nothing to take
+        runs = self._claim_page(owner, now, lease_until, limit, pending=pending, scope=scope)
         # RETURNING gives no order: put the page back in the order it was chosen in.
         if pending:
             runs.sort(key=lambda run: (-run.priority, run.created_at))
@@ -57,17 +75,24 @@ class DueWork(StoreBase):
         return runs
 
     def _claim_page(
-        self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool
+        self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool, scope: list[str] | None
     ) -> list[RunRecord]:
         """One statement that leases a page of due runs (SQLite serialises writers: it is atomic as it is)."""
         due = [RunStatus.PENDING] if pending else [RunStatus.SUSPENDED, ts(now)]
-        params = claim_page_params(due, limit, owner, ts(now), ts(lease_until))
-        return [run_record(row) for row in Run.objects.raw(CLAIM_PENDING_PAGE if pending else CLAIM_DUE_PAGE, params)]
+        params = claim_page_params(due, limit, owner, ts(now), ts(lease_until), scope or ())
+        sql = claim_page_sql(pending, len(scope or ()))
+        return [run_record(row) for row in Run.objects.raw(sql, params)]
 
-    def due_steps(self, now: datetime, limit: int) -> list[tuple[str, int, str | None]]:
-        """Pending dispatched steps that may be claimed now (fresh, or retry due)."""
+    def due_steps(
+        self, now: datetime, limit: int, *, namespaces: Namespaces = None
+    ) -> list[tuple[str, int, str | None]]:
+        """Pending dispatched steps that may be claimed now (fresh, or retry due), of runs of
+        ``namespaces`` (None: of every namespace)."""
+        steps = Checkpoint.objects.all()
+        if namespaces is not None:
+            steps = steps.filter(run__namespace__in=list(namespaces))
         rows = (
-            Checkpoint.objects.filter(kind=CheckpointKind.STEP, status=CheckpointStatus.PENDING, run__status__in=ACTIVE)
+            steps.filter(kind=CheckpointKind.STEP, status=CheckpointStatus.PENDING, run__status__in=ACTIVE)
             .filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now))
             # A limited queue's step only once admitted and its granted start reached.
             .filter(Q(admission__isnull=True) | Q(admission=Admission.ADMITTED, admitted_at__lte=now, wake_at__gt=now))
@@ -76,10 +101,9 @@ class DueWork(StoreBase):
         )
         return list(rows)
 
-    def orphans(self, now: datetime, limit: int) -> list[str]:
-        return list(
-            Run.objects.filter(status=RunStatus.RUNNING, locked_until__lt=now).values_list("id", flat=True)[:limit]
-        )
+    def orphans(self, now: datetime, limit: int, *, namespaces: Namespaces = None) -> list[str]:
+        runs = scoped_runs(namespaces).filter(status=RunStatus.RUNNING, locked_until__lt=now)
+        return list(runs.values_list("id", flat=True)[:limit])
 
     def recover_orphan(
         self,

@@ -16,7 +16,9 @@ from durable.store.postgres.rows import to_checkpoint, to_run
 from durable.store.statements import (
     PG_ACQUIRE,
     PG_CLAIM_DUE_PAGE,
+    PG_CLAIM_DUE_PAGE_SCOPED,
     PG_CLAIM_PENDING_PAGE,
+    PG_CLAIM_PENDING_PAGE_SCOPED,
     PG_LEASE_HELD,
     PG_LOAD_CHECKPOINTS,
     PG_LOAD_HISTORIES,
@@ -42,9 +44,17 @@ class PostgresRuns(PostgresBase, RunRows, RunReads, HistoryRows, DueWork):
         return histories
 
     def _claim_page(
-        self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool
+        self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool, scope: list[str] | None
     ) -> list[RunRecord]:
-        """The page chosen ``FOR UPDATE SKIP LOCKED``: concurrent claimers take disjoint runs without waiting."""
+        """The page chosen ``FOR UPDATE SKIP LOCKED``: concurrent claimers take disjoint runs without waiting.
+
+        A scoped worker's page (``scope``) is chosen among its namespaces' runs, one array parameter.
+        """
         due: list[Any] = [RunStatus.PENDING] if pending else [RunStatus.SUSPENDED, now]
-        sql = PG_CLAIM_PENDING_PAGE if pending else PG_CLAIM_DUE_PAGE
-        return [to_run(row) for row in self._execute(sql, claim_page_params(due, limit, owner, now, lease_until))]
+        if scope is None:
+            sql, among = (PG_CLAIM_PENDING_PAGE if pending else PG_CLAIM_DUE_PAGE), []
+        else:
+            sql, among = (PG_CLAIM_PENDING_PAGE_SCOPED if pending else PG_CLAIM_DUE_PAGE_SCOPED), [scope]
+        return [
+            to_run(row) for row in self._execute(sql, claim_page_params(due, limit, owner, now, lease_until, among))
+        ]
