@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -115,10 +116,20 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
+# What a build must not see: setuptools reuses build/ (a file removed from the tree would still
+# ship) and writes an egg-info beside pyproject.toml (through which pytest finds the plugin).
+NOT_SOURCE = shutil.ignore_patterns(
+    ".git", ".venv", ".docs-venv", "build", "dist", "site", "test-output", "*.egg-info", "__pycache__", "node_modules"
+)
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel built from a copy of the work tree (uncommitted changes included), leaving the tree as it was."""
     out = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(ROOT)], cwd=ROOT)
+    source = tmp_path_factory.mktemp("source") / "django-durable"
+    shutil.copytree(ROOT, source, ignore=NOT_SOURCE, ignore_dangling_symlinks=True, symlinks=True)
+    _run([sys.executable, "-m", "build", "--wheel", "--outdir", str(out), str(source)], cwd=source)
     (found,) = out.glob("django_durable-*.whl")
     return found
 
