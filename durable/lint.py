@@ -17,6 +17,9 @@ DL005  ORM queries (``Model.objects...``), raw cursors       a step (``ctx.step`
 DL006  network calls (``requests``, ``httpx``, ``urllib``,   a step
        ``socket``, ``smtplib``, ``django.core.mail``...)
 DL007  iterating over a set (its order changes per process)  ``sorted(...)``
+DL008  the durable client inside a workflow: ``durable.start``  ``ctx.start_child``, ``ctx.call_entity``,
+       ``call_entity``, ``signal_entity``, ``signal``...       or a step (``ctx.local_step``)
+       (applied again at every replay)
 ====== ===================================================== =========================================
 
 Only the workflow function's own body is read: nested functions and lambdas
@@ -69,6 +72,13 @@ RULES: dict[str, tuple[str, str, str]] = {
     "socket": ("DL006", "calls the network", "a step (ctx.step)"),
     "smtplib": ("DL006", "calls the network", "a step (ctx.step)"),
     "django.core.mail": ("DL006", "sends mail", "a step (ctx.step)"),
+    "durable.start": ("DL008", "starts a run at every replay", "ctx.start_child(...) or ctx.child(...)"),
+    "durable.call_entity": ("DL008", "applies an entity op at every replay", "ctx.call_entity(...)"),
+    "durable.signal_entity": ("DL008", "applies an entity op at every replay", "ctx.signal_entity(...)"),
+    "durable.signal": ("DL008", "sends a signal at every replay", "a step (ctx.local_step)"),
+    "durable.signal_with_start": ("DL008", "signals at every replay", "a step (ctx.local_step)"),
+    "durable.publish_event": ("DL008", "publishes at every replay", "a step (ctx.local_step)"),
+    "durable.cancel": ("DL008", "cancels at every replay", "a step (ctx.local_step)"),
 }
 ORM = ("DL005", "queries the database", "a step (ctx.step or ctx.local_step)")
 SET_ITERATION = ("DL007", "iterates over a set, whose order differs between processes", "sorted(...)")

@@ -39,6 +39,7 @@ BAD = textwrap.dedent(
         k = [y for y in set(data)]               # 24
         time.sleep(1)                            # 25
         ok = time.time()  # durable: ignore
+        durable.call_entity("counter", "k", "add", 1)     # 27
         ctx.local_step("fine", lambda: random.random() + time.time())
         def helper():
             return Order.objects.count()
@@ -66,6 +67,7 @@ def test_each_rule_is_reported_with_its_line_and_alternative():
         (22, "DL007"),
         (24, "DL007"),
         (25, "DL001"),
+        (27, "DL008"),
     ]
     by_line = {f.line: f for f in found}
     assert by_line[12].instead == "ctx.now()" and by_line[18].instead == "ctx.uuid()"
