@@ -315,6 +315,28 @@ def test_each_tick_deletes_one_bounded_batch_and_comes_back_while_there_is_more(
     assert archived == [["run-0", "run-1", "run-2"], ["run-3", "run-4", "run-5"], ["run-6"]]
 
 
+def test_the_sweep_goes_on_past_the_runs_it_keeps_instead_of_rereading_them():
+    # 25 completed children of a suspended parent, older than the one run retention may delete:
+    # more kept runs than one pass reads (10 pages of 2), so each pass must go on where the last stopped.
+    Run.objects.create(id="parent", workflow="r_parent", status="suspended", wake_at=T0 + timedelta(days=400))
+    for i in range(25):
+        Run.objects.create(
+            id=f"child-{i:02d}", workflow="r_quick", status="completed", parent_id="parent",
+            finished_at=T0 + timedelta(seconds=i),
+        )  # fmt: skip
+    Run.objects.create(id="free", workflow="r_quick", status="completed", finished_at=T0 + timedelta(minutes=1))
+    with override_settings(DURABLE={"TRANSPORT": "manual", "RETENTION_BATCH": 2}), fake_clock(T0) as clock:
+        clock.advance("31d")
+        engine = runtime.get_engine()
+        passes = 0
+        while exists("free") and passes < 5:
+            sweep_retention(engine)
+            passes += 1
+            clock.advance(engine.stats.retention_due - clock.now())
+    assert not exists("free") and passes == 2
+    assert Run.objects.filter(parent_id="parent").count() == 25
+
+
 def test_two_sweepers_racing_take_disjoint_batches_and_delete_each_run_once():
     with override_settings(DURABLE={**ARCHIVE, "RETENTION_BATCH": 5}), fake_clock(T0) as clock:
         for i in range(10):

@@ -55,12 +55,15 @@ class EngineStats:
     harmless (the sync is idempotent).
     ``retention_due``: when this engine's next retention pass is due (None: at
     the next tick); racing threads at worst run one extra pass, which is safe.
+    ``retention_cursors``: where each retention rule's walk stopped (so a pass
+    goes on past runs it kept); a lost update only re-reads a page.
     """
 
     def __init__(self) -> None:
         self.turn_seconds = 0.0
         self.schedules_synced = -1
         self.retention_due: datetime | None = None
+        self.retention_cursors: dict[tuple[Any, ...], tuple[datetime, str]] = {}
 
     def record_turns(self, per_turn: float) -> None:
         previous = self.turn_seconds

@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from durable.engine.core import Engine
@@ -122,6 +122,7 @@ def prune(
     archive: Archive | None = None,
     should_stop: StopCheck = never,
     pace: Callable[[float], None] | None = None,
+    cursors: dict[tuple[Any, ...], tuple[datetime, str]] | None = None,
 ) -> PruneReport:
     """Delete (``dry_run``: count) the expired runs, ``RETENTION_BATCH`` per transaction.
 
@@ -130,41 +131,85 @@ def prune(
     with every batch). ``pace(seconds)`` is called after each batch with how
     long to rest to keep to :data:`DUTY` (``time.sleep`` to pace, None: flat
     out). Stops after ``max_batches`` deletions or ``max_pages`` pages read
-    (``more`` then says so), at the first archive failure, or when ``should_stop()``. Safe beside any number of other
-    prunes and sweeps: every deletion is compare-and-set on a claim.
+    (``more`` then says so), at the first archive failure, or when ``should_stop()``.
+    ``cursors`` (the sweep's, kept between passes) says where each rule's walk
+    stopped, so the next pass goes on from there rather than re-reading the
+    runs it kept; a rule walked to its end starts again from its oldest run.
+    Safe beside any number of other prunes and sweeps: every deletion is
+    compare-and-set on a claim.
     """
-    report = PruneReport(dry_run=dry_run)
-    hook = archive if archive is not None else ArchiveHook(engine.settings.retention_archive)
-    pages = 0
+    walk = _Walk(
+        engine,
+        PruneReport(dry_run=dry_run),
+        archive if archive is not None else ArchiveHook(engine.settings.retention_archive),
+        pace,
+        max_batches,
+        max_pages,
+        should_stop,
+    )
+    walks = cursors if cursors is not None else {}
     for rule in rules_for(engine, statuses, older_than):
-        after = None
+        if not walk.rule(rule, walks):
+            break
+    return walk.report
+
+
+@dataclass
+class _Walk:
+    """One prune: its report, its hook and pacing, and the bounds it stops at."""
+
+    engine: Engine
+    report: PruneReport
+    hook: Archive
+    pace: Callable[[float], None] | None
+    max_batches: int | None
+    max_pages: int | None
+    should_stop: StopCheck
+    pages: int = 0
+
+    def stop(self) -> bool:
+        if self.should_stop() or (self.max_batches is not None and self.report.batches >= self.max_batches):
+            return True
+        return self.max_pages is not None and self.pages >= self.max_pages
+
+    def rule(self, rule: ExpiryRule, walks: dict[tuple[Any, ...], tuple[datetime, str]]) -> bool:
+        """Walk ``rule``'s runs page by page from its cursor; False when the prune must stop here."""
+        key, batch = (rule.status, rule.workflows, rule.exclude), self.engine.settings.retention_batch
         while True:
-            if should_stop() or (max_batches is not None and report.batches >= max_batches):
-                report.more = True
-                return report
-            if max_pages is not None and pages >= max_pages:
-                report.more = True
-                return report
+            if self.stop():
+                self.report.more = True
+                return False
+            before = walks.get(key)
             began = time.perf_counter()
-            page = engine.store.expired_runs(rule, engine.clock.now(), after, engine.settings.retention_batch)
-            pages += 1
+            page = self.engine.store.expired_runs(rule, self.engine.clock.now(), before, batch)
+            self.pages += 1
             if not page:
-                break
-            after = (page[-1].finished_at, page[-1].id)
-            keep = engine.store.needed_runs(page)
-            free = [run for run in page if run.id not in keep]
-            report.kept += len(keep)
-            if dry_run:
-                report.add_runs(run.status for run in free)
-            elif free and not _evict(engine, free, hook, report):
-                return report
+                walks.pop(key, None)
+                return True
+            walks[key] = (page[-1].finished_at, page[-1].id)
+            if not self.page(page):
+                # The archive failed: the next pass offers that batch again, from where it began.
+                walks.pop(key, None)
+                if before is not None:
+                    walks[key] = before
+                return False
             spent = time.perf_counter() - began
-            report.busy += spent
-            if pace is not None and free and not dry_run:
-                pace(rest_after(spent))
-            if len(page) < engine.settings.retention_batch:
-                break
-    return report
+            self.report.busy += spent
+            if len(page) < batch:
+                walks.pop(key, None)
+                return True
+            if self.pace is not None and not self.report.dry_run:
+                self.pace(rest_after(spent))
+
+    def page(self, page: list[ExpiredRun]) -> bool:
+        """Drop what an active run needs, then count (dry run) or evict the rest; False if the archive failed."""
+        keep = self.engine.store.needed_runs(page)
+        free = [run for run in page if run.id not in keep]
+        self.report.kept += len(keep)
+        if self.report.dry_run:
+            self.report.add_runs(run.status for run in free)
+            return True
+        return not free or _evict(self.engine, free, self.hook, self.report)
 
 
 def rest_after(busy: float) -> float:
@@ -216,7 +261,8 @@ def sweep_retention(engine: Engine, *, should_stop: StopCheck = never) -> int:
     # A clock that jumped back (a test's fake clock) makes the pass due at once.
     if due is not None and now < due <= now + timedelta(seconds=interval):
         return 0
-    report = prune(engine, max_batches=1, max_pages=SWEEP_PAGES, should_stop=should_stop)
+    cursors = engine.stats.retention_cursors
+    report = prune(engine, max_batches=1, max_pages=SWEEP_PAGES, should_stop=should_stop, cursors=cursors)
     again = report.more and report.archive_error is None
     rest = rest_after(report.busy) if again else interval
     engine.stats.retention_due = now + timedelta(seconds=rest)
