@@ -25,6 +25,7 @@ from django.utils.translation import gettext as _
 from durable import runtime
 from durable.engine.vocab import UNSETTLED, CheckpointKind, CheckpointStatus
 from durable.models import Checkpoint, Run
+from durable.observability.tenancy import namespaces, worker_namespaces
 from durable_dashboard import conf, operations
 from durable_dashboard.filters import json_list_has, storable
 from durable_dashboard.forms import StartForm, form_for
@@ -228,7 +229,23 @@ def workers_view(admin: RunAdmin, request: HttpRequest) -> HttpResponse:
     now = engine.clock.now()
     workers = []
     for w in engine.store.live_workers(now):
-        capabilities = {k: v for k, v in (w.get("capabilities") or {}).items() if k != "subscriptions"}
-        workers.append({**w, "age": now - w["heartbeat_at"], "capability_list": sorted(capabilities)})
-    context = _context(admin, request, _("Workers and queues"), workers=workers, queues=queue_stats(now), now=now)
+        capabilities = {
+            k: v for k, v in (w.get("capabilities") or {}).items() if k not in ("subscriptions", "namespaces")
+        }
+        scope = worker_namespaces(w)
+        workers.append({**w, "age": now - w["heartbeat_at"], "capability_list": sorted(capabilities), "scope": scope})
+    context = _context(
+        admin,
+        request,
+        _("Workers and queues"),
+        workers=workers,
+        queues=queue_stats(now),
+        # A user whose grants name namespaces sees only those (like the runs themselves).
+        namespaces=[
+            {"name": name, "state": state}
+            for name, state in namespaces(engine, now).items()
+            if namespace_allowed(request.user, name)
+        ],
+        now=now,
+    )
     return TemplateResponse(request, "durable_dashboard/admin/workers.html", context)

@@ -10,7 +10,10 @@ when any of these holds (each is named in ``problems``):
 * the oldest ready pending step has waited longer than ``HEALTH_MAX_STEP_WAIT``;
 * the most overdue wake of a suspended run is later than ``HEALTH_MAX_TIMER_LATENESS``;
 * a run is ``running`` past its lease by more than ``HEALTH_STALE_AFTER``
-  (its worker died and no sweep took it over).
+  (its worker died and no sweep took it over);
+* a namespace has due runs or ready steps and no live worker serves it
+  (scoped workers, ``durable_worker --namespace``; see
+  :mod:`durable.observability.tenancy` for when that is known).
 
 The body holds counts and ages only (no run ids, no payloads), so it may be
 served to an unauthenticated probe.
@@ -111,3 +114,15 @@ def _judge(snap: Snapshot, settings: Any, body: dict[str, Any], problems: list[s
     if snap.stale["running_past_lease"]:
         problems.append(f"{snap.stale['running_past_lease']} run(s) running past their lease")
     body["runs"] = snap.runs_by_status()
+    _judge_namespaces(snap, body, problems)
+
+
+def _judge_namespaces(snap: Snapshot, body: dict[str, Any], problems: list[str]) -> None:
+    body["namespaces"] = {
+        name: {"pending_runs": n.pending_runs, "pending_steps": n.pending_steps, "live_workers": n.live_workers}
+        for name, n in snap.namespaces.items()
+    }
+    unserved = [name for name, n in snap.namespaces.items() if n.unserved]
+    body["namespaces_without_workers"] = unserved
+    for name in unserved:
+        problems.append(f"namespace {name!r} has work and no live worker serves it")

@@ -18,6 +18,7 @@ from django.db.models.functions import Coalesce
 from durable import runtime
 from durable.engine.vocab import ACTIVE, CheckpointKind, CheckpointStatus, RunStatus
 from durable.models import Checkpoint, Run
+from durable.observability.tenancy import NamespaceState, namespaces
 
 # Steps without a queue go to the transport's default queue.
 DEFAULT_QUEUE = "durable"
@@ -44,6 +45,8 @@ class Snapshot:
     most_overdue_timer_seconds: float | None
     stale: dict[str, int]
     stale_samples: dict[str, list[str]] = field(default_factory=dict)
+    # Namespaces with work or a scoped worker (durable.observability.tenancy).
+    namespaces: dict[str, NamespaceState] = field(default_factory=dict)
 
     def runs_by_status(self) -> dict[str, int]:
         totals = dict.fromkeys((str(s) for s in RunStatus), 0)
@@ -79,7 +82,7 @@ def take(now: datetime | None = None, *, samples: bool = False) -> Snapshot:
     stale_q = _stale_filters(now, settings.health_stale_after, settings.health_max_step_wait)
     stale = {kind: int(q.order_by().count()) for kind, q in stale_q.items()}
     found = {kind: _stale_ids(kind, q) for kind, q in stale_q.items()} if samples else {}
-    return Snapshot(now, runs, queues, _age(now, overdue), stale, found)
+    return Snapshot(now, runs, queues, _age(now, overdue), stale, found, namespaces(engine, now))
 
 
 def _ready_steps() -> Any:
