@@ -18,8 +18,7 @@ import pytest
 import durable
 from durable.models import Checkpoint, Run, WorkerDescriptor
 from tests import namespace_workflows as _registered  # noqa: F401
-from tests.test_step_requirements_fleet import _spawn as spawn
-from tests.test_step_requirements_fleet import _stop, _until
+from tests.processes import spawn_worker, stop, until
 
 RUNS = 8
 
@@ -27,7 +26,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
 
 def _spawn(tmp, tag: str, *extra: str) -> subprocess.Popen[bytes]:
-    return spawn(tmp, tag, *extra, module="tests.namespace_settings")
+    return spawn_worker(tmp, tag, "tests.namespace_settings", *extra)
 
 
 def _pids(ids: list[str]) -> list[int]:
@@ -42,13 +41,13 @@ def test_each_scoped_worker_runs_only_its_namespace_and_an_unserved_namespace_wa
     worker_b = _spawn(tmp_path, "b", "--namespace", "b")
     worker_c = None
     try:
-        _until(lambda: WorkerDescriptor.objects.count() == 2, "both workers advertised")
+        until(lambda: WorkerDescriptor.objects.count() == 2, "both workers advertised")
         scopes = sorted(tuple(d.capabilities["namespaces"]) for d in WorkerDescriptor.objects.all())
         assert scopes == [("a",), ("b",)]
         in_a = [durable.start("nsfleet.flow", n, namespace="a") for n in range(RUNS)]
         in_b = [durable.start("nsfleet.flow", n, namespace="b") for n in range(RUNS)]
         done = in_a + in_b
-        _until(lambda: Run.objects.filter(id__in=done, status="completed").count() == 2 * RUNS, "a and b completed")
+        until(lambda: Run.objects.filter(id__in=done, status="completed").count() == 2 * RUNS, "a and b completed")
         assert _pids(in_a) == [worker_a.pid] * (3 * RUNS)
         assert _pids(in_b) == [worker_b.pid] * (3 * RUNS)
         steps = Checkpoint.objects.filter(run_id__in=done, kind="step")
@@ -60,12 +59,12 @@ def test_each_scoped_worker_runs_only_its_namespace_and_an_unserved_namespace_wa
         assert not Checkpoint.objects.filter(run_id__in=waiting).exists()
 
         worker_c = _spawn(tmp_path, "c", "--namespace", "c")
-        _until(lambda: Run.objects.filter(id__in=waiting, status="completed").count() == RUNS, "c completed")
+        until(lambda: Run.objects.filter(id__in=waiting, status="completed").count() == RUNS, "c completed")
         assert _pids(waiting) == [worker_c.pid] * (3 * RUNS)
     finally:
         for proc in (worker_a, worker_b, worker_c):
             if proc is not None and proc.poll() is None:
-                _stop(proc)
+                stop(proc)
 
 
 def test_a_bad_namespace_is_refused_with_a_message(tmp_path):

@@ -10,42 +10,19 @@ for, and a young run.
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from durable.models import Checkpoint, Run, SignalWaiter
-from tests.test_schedule_fleet import REPO, _database_url
+from tests.processes import logs as worker_logs
+from tests.processes import spawn_worker, stop
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 EXPIRED = 400
-
-
-def _spawn(tmp: Path, tag: str) -> tuple[subprocess.Popen[bytes], Path]:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.retention_settings",
-        "DATABASE_URL": _database_url(),
-        "RETENTION_ARCHIVE_DIR": str(tmp),
-        "PYTHONUNBUFFERED": "1",
-    }
-    log = tmp / f"{tag}.out"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "durable_worker", "--interval", "0.5"],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return proc, log
 
 
 def _fixture(now: datetime) -> None:
@@ -70,23 +47,21 @@ def _fixture(now: datetime) -> None:
 @pytest.mark.timeout(240)
 def test_two_workers_prune_a_backlog_once_each_and_keep_what_active_runs_need(tmp_path):
     _fixture(datetime.now(UTC))
-    workers = [_spawn(tmp_path, f"worker{i}") for i in range(2)]
+    tags = [f"worker{i}" for i in range(2)]
+    archive = {"RETENTION_ARCHIVE_DIR": str(tmp_path)}
+    workers = [spawn_worker(tmp_path, tag, "tests.retention_settings", env=archive) for tag in tags]
     try:
         deadline = time.monotonic() + 120
         while Run.objects.filter(id__startswith="old-").exists() and time.monotonic() < deadline:
-            for proc, _ in workers:
+            for proc in workers:
                 assert proc.poll() is None, "a worker died"
             time.sleep(0.25)
     finally:
-        for proc, _ in workers:
-            proc.send_signal(signal.SIGTERM)
-        for proc, _ in workers:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    logs = "\n".join(log.read_text(errors="replace")[-2000:] for _, log in workers)
+        for proc in workers:
+            proc.send_signal(signal.SIGTERM)  # all at once: they drain in parallel
+        for proc in workers:
+            stop(proc)
+    logs = worker_logs(tmp_path, tags)
     assert not Run.objects.filter(id__startswith="old-").exists(), logs
     assert Checkpoint.objects.count() == 10  # the kept runs' two each, nothing orphaned
     kept = sorted(Run.objects.values_list("id", flat=True))

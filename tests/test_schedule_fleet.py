@@ -11,76 +11,41 @@ sequence of windows and that more than one process started and ran them.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from urllib.parse import quote
 
 import pytest
-from django.conf import settings
 
 import durable
 from durable.schedules.windows import run_id
 from tests import schedule_workflows as _registered  # noqa: F401
+from tests.processes import logs as worker_logs
+from tests.processes import spawn_worker, stop
 
-REPO = Path(__file__).resolve().parent.parent
 INTERVAL = timedelta(seconds=5)
 DURATION = 125.0
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
-def _database_url() -> str:
-    db = settings.DATABASES["default"]
-    auth = quote(db["USER"] or "postgres")
-    if db.get("PASSWORD"):
-        auth += ":" + quote(db["PASSWORD"])
-    return f"postgres://{auth}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
-
-
-def _spawn(tmp: Path, tag: str) -> tuple[subprocess.Popen[bytes], Path]:
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "tests.schedule_settings",
-        "DATABASE_URL": _database_url(),
-        "PYTHONUNBUFFERED": "1",
-    }
-    log = tmp / f"{tag}.out"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "manage.py", "durable_worker", "--interval", "0.5"],
-            cwd=REPO,
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    return proc, log
-
-
 @pytest.mark.timeout(300)
 def test_three_workers_start_every_window_of_a_5_second_schedule_exactly_once(tmp_path):
     start = datetime.now(UTC).replace(microsecond=0) + timedelta(seconds=10)
     durable.create_schedule("fleet", "sched.where", every="5s", start_at=start)
-    workers = [_spawn(tmp_path, f"worker{i}") for i in range(3)]
+    tags = [f"worker{i}" for i in range(3)]
+    workers = [spawn_worker(tmp_path, tag, "tests.schedule_settings") for tag in tags]
     try:
         time.sleep((start - datetime.now(UTC)).total_seconds() + DURATION)
-        for proc, _ in workers:
+        for proc in workers:
             assert proc.poll() is None, "a worker died"
         end = datetime.now(UTC)
     finally:
-        for proc, _ in workers:
-            proc.send_signal(signal.SIGTERM)
-        for proc, _ in workers:
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-    logs = "\n".join(log.read_text(errors="replace")[-2000:] for _, log in workers)
+        for proc in workers:
+            proc.send_signal(signal.SIGTERM)  # all at once: they drain in parallel
+        for proc in workers:
+            stop(proc)
+    logs = worker_logs(tmp_path, tags)
     runs = durable.list_runs(attributes={"schedule_key": "fleet"}, limit=500).items
     by_window = {datetime.fromisoformat(r.search_attributes["schedule_window"]): r for r in runs}
     started = sorted(by_window)
