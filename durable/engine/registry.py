@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import cached_property
 from typing import Any
 
 from durable.engine.entities import EntityDef
@@ -71,10 +72,13 @@ class StepDef:
     # Capabilities a worker needs to run it (@step(requires=[...])); they are part of its route.
     requires: tuple[str, ...] = ()
 
-    @property
+    @cached_property
     def route(self) -> str | None:
         """Where the step is dispatched: its ``queue``, else its name's prefix before a dot; with
-        ``requires``, that queue named with its requirements (``"<queue>@gpu+pdf"``)."""
+        ``requires``, that queue named with its requirements (``"<queue>@gpu+pdf"``).
+
+        Computed once per definition (read several times for every step a turn runs).
+        """
         base = self.queue or (self.name.split(".", 1)[0] if "." in self.name else None)
         return route_for(base, self.requires)
 
