@@ -11,7 +11,7 @@ from django.test import override_settings
 from opentelemetry import trace
 
 import durable
-from durable.testing import drive, fake_clock, run_until_settled
+from durable.testing import drive, fake_clock, flush_telemetry, run_until_settled
 from tests.otel_kit import install, points
 
 pytestmark = pytest.mark.django_db
@@ -75,6 +75,7 @@ def test_one_trace_covers_the_start_every_turn_and_every_step(otel):
             run_id = workload(clock)
         run = run_until_settled(run_id)
     assert run.output == {"a": 6, "b": 7, "c": 14, "ok": True}
+    flush_telemetry()  # the local step's span is built off the engine's thread
     spans = [s for s in exporter.get_finished_spans() if attrs(s).get("run_id") == run_id or s.name == "request"]
     assert {s.context.trace_id for s in spans} == {request.get_span_context().trace_id}
     by_name = Counter(s.name for s in spans)
@@ -107,6 +108,7 @@ def test_errors_are_recorded_and_a_child_joins_its_parents_trace(otel):
     with fake_clock():
         run_id = durable.start(otel_parent)
         run_until_settled(run_id)
+    flush_telemetry()
     spans = exporter.get_finished_spans()
     mine = [s for s in spans if attrs(s).get("run_id", "").startswith(run_id)]
     assert len({s.context.trace_id for s in mine}) == 1

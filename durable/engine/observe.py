@@ -75,6 +75,10 @@ class Observer:
         """The caller's current trace context as a carrier (None: none, or not observed)."""
         return None
 
+    def flush(self) -> int:
+        """Hand whatever the observer queued (measurements, spans) to its backend now; how many."""
+        return 0
+
     def sweep(self, kind: str, seconds: float, items: int) -> None:
         """One sweep of ``kind`` ran for ``seconds`` and handled ``items`` rows."""
 

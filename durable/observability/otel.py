@@ -47,12 +47,13 @@ from durable.engine import observe
 from durable.engine.observe import Observer, Span
 from durable.engine.vocab import TERMINAL
 from durable.observability.deferred import DeferredRecorder
+from durable.observability.late_spans import LateSpan
 
 PREFIX = "durable."
 FINISHED = frozenset(str(status) for status in TERMINAL)
 
 
-def _attributes(values: Mapping[str, Any]) -> dict[str, Any]:
+def sdk_attributes(values: Mapping[str, Any]) -> dict[str, Any]:
     """OpenTelemetry attributes: prefixed, without None values (which it refuses)."""
     return {PREFIX + key: value for key, value in values.items() if value is not None}
 
@@ -123,12 +124,24 @@ class OtelObserver(Observer):
         parent: Span | None = None,
     ) -> Span:
         context: otel_context.Context | None = None
+        if name == observe.STEP and isinstance(parent, OtelSpan):
+            # A step run inside its turn: a leaf, built off this thread (late_spans).
+            return LateSpan(self, name, parent, dict(attributes))
         if isinstance(parent, OtelSpan):
             context = parent.otel_context()
         elif trace:
             context = propagate.extract(dict(trace))
-        span = self.tracer.start_span(name, context=context, attributes=_attributes(attributes))
+        span = self.tracer.start_span(name, context=context, attributes=sdk_attributes(attributes))
         return OtelSpan(self, name, span, dict(attributes))
+
+    def flush(self) -> int:
+        """Hand every queued measurement and in-process step span to the SDK now; how many.
+
+        They reach it from a background thread within a second anyway, and at
+        every metric collection; call this before reading an in-memory span
+        exporter in a test, or before a process exits without collecting.
+        """
+        return self.deferred.drain()
 
     def activate(self, span: Span) -> AbstractContextManager[None]:
         return _activated(span)
@@ -142,11 +155,11 @@ class OtelObserver(Observer):
         add = self.deferred.add
         add(self.sweep_duration.record, seconds, {"sweep": kind})
         if items:
-            add(self.sweep_items.add, items, {"sweep": kind})
+            self.deferred.count(self.sweep_items.add, items, {"sweep": kind})
 
     def status(self, status: str, workflow: str) -> None:
         if status in FINISHED:
-            self.deferred.add(self.finished.add, 1, {"workflow": workflow, "status": status})
+            self.deferred.count(self.finished.add, 1, {"workflow": workflow, "status": status})
 
     def measure(self, name: str, seconds: float, values: Mapping[str, Any]) -> None:
         """What the end of a span measures (see the module docstring); recorded off the engine's thread."""
@@ -158,12 +171,12 @@ class OtelObserver(Observer):
         elif name == observe.STEP:
             labels = {"step": str(values.get("step")), "mode": str(values.get("mode")), "outcome": outcome}
             add(self.step_duration.record, seconds, labels)
-            add(self.step_attempts.add, 1, labels)
+            self.deferred.count(self.step_attempts.add, 1, labels)
             if values.get("queue_wait") is not None:
                 queue = {"queue": str(values.get("queue") or "durable")}
                 add(self.queue_wait.record, float(values["queue_wait"]), queue)
         elif name == observe.START and outcome == "started":
-            add(self.started.add, 1, {"workflow": str(values.get("workflow"))})
+            self.deferred.count(self.started.add, 1, {"workflow": str(values.get("workflow"))})
 
 
 @contextmanager

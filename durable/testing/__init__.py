@@ -49,11 +49,22 @@ __all__ = [
     "drive",
     "export_history",
     "fake_clock",
+    "flush_telemetry",
     "inject_crash",
     "inject_failure",
     "load_history",
     "run_until_settled",
 ]
+
+
+def flush_telemetry() -> int:
+    """Hand the OpenTelemetry observer's queued measurements and in-process step spans to the SDK now.
+
+    With ``DURABLE["OPENTELEMETRY"]`` on, they reach the SDK from a background
+    thread within a second (and at every metric collection); call this before
+    reading an in-memory span exporter. Returns how many items it handed over.
+    """
+    return get_engine().observer.flush()
 
 
 @contextmanager

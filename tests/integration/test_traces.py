@@ -48,9 +48,11 @@ def test_a_run_is_one_trace_across_the_processes_that_ran_it(cluster, tmp_path):
         done = [
             s for s in mine if s["name"] == "durable.turn" and s["attributes"].get("durable.outcome") == "completed"
         ]
-        return mine if done else None
+        # The eager steps' spans are built off the worker's engine thread, so they may come later.
+        steps = [s for s in mine if s["name"] == "durable.step"]
+        return mine if done and len(steps) == 3 else None
 
-    spans = wait_until(all_turns_exported, "the final turn's span to be exported")
+    spans = wait_until(all_turns_exported, "the final turn's and every step's span to be exported")
     assert len({s["trace_id"] for s in spans}) == 1
     by_id = {s["span_id"]: s for s in spans}
     (start,) = [s for s in spans if s["name"] == "durable.start"]

@@ -83,3 +83,20 @@ def test_a_failing_instrument_does_not_stop_the_drain():
     recorder.add(counter.add, 2, {})
     assert recorder.drain() == 2
     assert _sums(reader) == {"c": 2}
+
+
+def test_counts_of_one_counter_and_label_set_are_added_to_the_sdk_as_one_sum():
+    reader, counter, recorder = _kit()
+    calls: list[tuple[float, dict[str, str]]] = []
+
+    def add(n: float, labels: dict[str, str]) -> None:
+        calls.append((n, labels))
+        counter.add(n, labels)
+
+    for _ in range(3):
+        recorder.count(add, 1, {"k": "a"})
+    recorder.count(add, 2, {"k": "b"})
+    recorder.add(add, 5, {"k": "a"})  # a plain measurement is recorded as it came
+    assert recorder.drain() == 5
+    assert sorted(calls, key=lambda c: (c[1]["k"], c[0])) == [(3, {"k": "a"}), (5, {"k": "a"}), (2, {"k": "b"})]
+    assert _sums(reader) == {"c": 10}
