@@ -66,6 +66,11 @@ ADMISSION_CHOICES = [(value.value, label) for value, label in ADMISSION_LABELS.i
 CHECKPOINT_KIND_CHOICES = [(kind.value, label) for kind, label in CHECKPOINT_KIND_LABELS.items()]
 
 
+def _set(column: str) -> models.Q:
+    """A partial index's condition: only rows where ``column`` is set."""
+    return models.Q(**{f"{column}__isnull": False})
+
+
 class Run(models.Model):
     """One execution of one workflow version.
 
@@ -142,24 +147,21 @@ class Run(models.Model):
             models.Index(fields=["workflow", "status", "-created_at"], name="durable_run_wf_status_created"),
             models.Index(fields=["-created_at"], name="durable_run_created"),
             # execution timeouts
-            models.Index(
-                fields=["deadline_at"],
-                name="durable_run_deadline",
-                condition=models.Q(deadline_at__isnull=False),
-            ),
+            models.Index(fields=["deadline_at"], name="durable_run_deadline", condition=_set("deadline_at")),
             # lifecycle events still owed to subscribers
             models.Index(
                 fields=["finished_at"],
                 name="durable_run_lifecycle_owed",
                 condition=models.Q(lifecycle_owed=True),
             ),
-            # heal: runs settled recently, per workflow
-            models.Index(fields=["workflow", "finished_at"], name="durable_run_wf_finished"),
-            # children of a run, retries of a run (equality only: no LIKE index, which every
-            # insert and status change would also have to maintain)
-            models.Index(fields=["parent_id"], name="durable_run_parent"),
-            models.Index(fields=["retry_of"], name="durable_run_retry_of"),
-            models.Index(fields=["forked_from"], name="durable_run_forked_from"),
+            # heal: runs settled recently, per workflow. Partial, as the three below: no run write is HOT.
+            models.Index(
+                fields=["workflow", "finished_at"], name="durable_run_wf_finished", condition=_set("finished_at")
+            ),
+            # children, retries, forks of a run (equality only: no LIKE index)
+            models.Index(fields=["parent_id"], name="durable_run_parent", condition=_set("parent_id")),
+            models.Index(fields=["retry_of"], name="durable_run_retry_of", condition=_set("retry_of")),
+            models.Index(fields=["forked_from"], name="durable_run_forked_from", condition=_set("forked_from")),
             # retention: finished runs of a status, oldest finish first (only finished rows enter it,
             # so a turn's status writes on the way do not maintain it)
             models.Index(
@@ -171,7 +173,7 @@ class Run(models.Model):
             models.Index(
                 fields=["workflow", "singleton_key", "status", "singleton_seq"],
                 name="durable_run_singleton",
-                condition=models.Q(singleton_key__isnull=False),
+                condition=_set("singleton_key"),
             ),
             # keys with runs waiting for a slot (the admission sweep)
             models.Index(
