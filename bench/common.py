@@ -56,15 +56,20 @@ def admin_url(url: str) -> str:
     return urlunsplit((parts.scheme, parts.netloc, "/postgres", parts.query, parts.fragment))
 
 
-def xact_commits(url: str) -> int:
-    """``pg_stat_database.xact_commit`` of the database of ``url``, read from another database.
+def next_xid(url: str) -> int:
+    """The cluster's next transaction id: it advances by one for every transaction that writes.
 
-    Backends publish their counters when idle at most once a second; the caller
-    waits ~1.2 s after the work before reading.
+    Read from the server's shared state, so it is exact at once, unlike
+    ``pg_stat_database.xact_commit``: a backend on a persistent connection that
+    flushed its statistics less than a second before publishes the next ones
+    only after ``PGSTAT_IDLE_INTERVAL`` (10 s) of idleness, so a reading taken
+    1.3 s after the work missed commits and a per-step difference could come
+    out negative. Read-only transactions take no id (and fsync nothing).
+    Cluster-wide: other databases' writers count too (measured and subtracted
+    as background by :func:`counted_server`).
     """
     with psycopg.connect(admin_url(url), autocommit=True) as conn:
-        conn.execute("SELECT pg_stat_clear_snapshot()")
-        row = conn.execute("SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [db_name(url)]).fetchone()
+        row = conn.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint").fetchone()
         return int(row[0]) if row else 0
 
 
@@ -88,41 +93,41 @@ def pgss_read(url: str) -> dict[str, Any]:
     return _pgss_totals({q: float(c) for q, c in rows})
 
 
-def counted_server(url: str, fn: Callable[[], Any], idle: float = 0.0) -> tuple[dict[str, Any], Any]:
-    """Run ``fn``; what the server saw: xact_commit delta and (when loaded) pg_stat_statements.
+def counted_server(url: str, fn: Callable[[], Any], idle: float = 2.0) -> tuple[dict[str, Any], Any]:
+    """Run ``fn``; what the server saw: write transactions (xids) and (when loaded) pg_stat_statements.
 
-    With ``idle`` > 0, the database's background activity (a peer's polling
-    threads) is first measured for ``idle`` seconds and subtracted, prorated to
-    the time ``fn`` took.
+    The cluster's background activity (a peer's polling threads, worker
+    heartbeats, autovacuum) is first measured for ``idle`` seconds and
+    subtracted, prorated to the time ``fn`` took. Both counters are exact at
+    once (no statistics flush to wait for); a short pause lets the last
+    statements of other processes land.
     """
-    bg_xact = 0.0
+    bg_xids = 0.0
     bg: dict[str, float] = {}
     if idle > 0:
-        time.sleep(1.3)
-        x0 = xact_commits(url)
+        x0 = next_xid(url)
         if pgss_enabled():
             pgss_reset(url)
         t = time.monotonic()
         time.sleep(idle)
+        spent = time.monotonic() - t
         if pgss_enabled():
-            bg = {q: c / (time.monotonic() - t) for q, c in pgss_read(url)["by_statement"].items()}
-        time.sleep(1.3)
-        bg_xact = (xact_commits(url) - x0) / (time.monotonic() - t)
-    time.sleep(1.3)
-    before = xact_commits(url)
+            bg = {q: c / spent for q, c in pgss_read(url)["by_statement"].items()}
+        bg_xids = (next_xid(url) - x0) / spent
+    before = next_xid(url)
     if pgss_enabled():
         pgss_reset(url)
     t0 = time.monotonic()
     value = fn()
+    time.sleep(0.3)
     took = time.monotonic() - t0
     pgss = None
     if pgss_enabled():
         raw = pgss_read(url)["by_statement"]
         by = {q: c - bg.get(q, 0.0) * took for q, c in raw.items()}
         pgss = _pgss_totals({q: c for q, c in by.items() if c > 0.5})
-    time.sleep(1.3)
-    xact = xact_commits(url) - before - bg_xact * (took + 2.6)
-    return {"xact_commit": xact, "pgss": pgss, "seconds": took}, value
+    xids = next_xid(url) - before - bg_xids * took
+    return {"write_txns": xids, "pgss": pgss, "seconds": took}, value
 
 
 UTILITY = ("BEGIN", "COMMIT", "ROLLBACK")

@@ -26,30 +26,19 @@ repetition and ``"noisy": true`` when the load exceeded the cores.
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import os
-import statistics
-import subprocess
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import harness
 from bench.common import PrivatePostgres
-from bench.run import (
-    BENCH,
-    DEFAULT_DBOS_DB,
-    DEFAULT_REDIS,
-    PY,
-    Harness,
-    code_under_test,
-    machine,
-    reset_database,
-    reset_redis,
-    summary,
-)
+from bench.conditions import describe, machine, warn_if_noisy, write_result
+from bench.harness import Harness
+from bench.pairing import alternate, ratios
 
 SIZES = {
     "standard": {"w1": 100, "w1_reps": 7, "w3": 10, "w3_reps": 5, "w4": 200, "w4_reps": 5, "w5": 2000, "w5_reps": 3},
@@ -59,39 +48,38 @@ SIDES = ("base", "head")
 
 
 def _harness(tmp: Path, side: str, rev: str | None, private: PrivatePostgres) -> tuple[Harness, str]:
-    args = argparse.Namespace(rev=rev, pg="private", redis_url=DEFAULT_REDIS, dbos_url=DEFAULT_DBOS_DB)
+    args = argparse.Namespace(rev=rev, pg="private", redis_url=harness.DEFAULT_REDIS, dbos_url=harness.DEFAULT_DBOS_DB)
     args.database_url = f"{private.url}/bench_{side}"
     root = tmp / side
     root.mkdir()
-    pythonpath, code = code_under_test(args, root)
+    pythonpath, code = harness.code_under_test(args, root)
     (root / "logs").mkdir()
     h = Harness(args, root / "logs", pythonpath)
-    reset_database(args.database_url)
-    subprocess.run([PY, "-m", "django", "migrate", "-v0"], env=h.env(), cwd=h.logdir, check=True)
+    harness.reset_database(args.database_url)
+    h.run([harness.PY, "-m", "django", "migrate", "-v0"])
     return h, code
 
 
-def _alternate(reps: int, measure: Callable[[str], dict[str, Any]]) -> tuple[dict[str, list[Any]], list[float]]:
-    raw: dict[str, list[Any]] = {side: [] for side in SIDES}
-    loads: list[float] = []
-    for rep in range(reps):
-        for side in SIDES if rep % 2 == 0 else tuple(reversed(SIDES)):
-            raw[side].append(measure(side))
-            loads.append(round(os.getloadavg()[0], 2))
-    return raw, loads
+def _alternate(
+    hs: dict[str, Harness], reps: int, measure: Callable[[str], dict[str, Any]]
+) -> tuple[dict[str, list[Any]], list[dict[str, Any]]]:
+    """Both sides, alternating order; the head's database samples the conditions after every repetition."""
+    return alternate(reps, SIDES, lambda side, rep: measure(side), hs["head"].sample)
 
 
-def _compare(raw: dict[str, list[float]], loads: list[float], higher_is_better: bool = True) -> dict[str, Any]:
-    base, head = raw["base"], raw["head"]
-    paired = [(h / b if higher_is_better else b / h) for b, h in zip(base, head, strict=True)]
-    of_medians = statistics.median(head) / statistics.median(base)
+def _compare(
+    raw: dict[str, list[float]], samples: list[dict[str, Any]], higher_is_better: bool = True
+) -> dict[str, Any]:
+    r = ratios(raw["head"], raw["base"], higher_is_better=higher_is_better)
+    cond = describe(samples)
     return {
-        "base": summary(base),
-        "head": summary(head),
-        "head_vs_base_paired": summary(paired),
-        "head_vs_base_of_medians": of_medians if higher_is_better else 1 / of_medians,
+        "base": r["peer"],
+        "head": r["ours"],
+        "head_vs_base_paired": r["paired"],
+        "head_vs_base_of_medians": r["of_medians"],
         "higher_is_better": higher_is_better,
-        "loadavg_1m": summary(loads),
+        "conditions": cond,
+        "loadavg_1m": cond["loadavg_1m"],
     }
 
 
@@ -99,27 +87,20 @@ def run_inproc(hs: dict[str, Harness], mode: str, workflows: int, steps: int, re
     argv = ["inproc", "--mode", mode, "--workflows", workflows, "--steps", steps, "--reps", 1]
     for h in hs.values():
         h.server("ours").call(*argv, "--warmup", max(2, 20 // steps))
-    raw, loads = _alternate(reps, lambda side: hs[side].server("ours").call(*argv, "--warmup", 1))
+    raw, samples = _alternate(hs, reps, lambda side: hs[side].server("ours").call(*argv, "--warmup", 1))
     rates = {side: [r["workflows_per_s"]["median"] for r in raw[side]] for side in SIDES}
-    return {**_compare(rates, loads), "workflows": workflows, "steps": steps, "mode": mode}
+    return {**_compare(rates, samples), "workflows": workflows, "steps": steps, "mode": mode}
 
 
 def run_w4(hs: dict[str, Harness], n: int, reps: int) -> dict[str, Any]:
     def measure(side: str) -> dict[str, Any]:
-        h = hs[side]
-        worker = h.celery_worker()
-        try:
-            return h.measure(
-                "ours", "dispatched", "--workflows", n, "--reps", 1, "--warmup", 10, BENCH_TRANSPORT="celery"
-            )
-        finally:
-            h.stop(worker)
+        return hs[side].burst_on_new_worker(n)
 
     for h in hs.values():
         h.stop_servers()
-    raw, loads = _alternate(reps, measure)
+    raw, samples = _alternate(hs, reps, measure)
     rates = {side: [r["workflows_per_s"]["median"] for r in raw[side]] for side in SIDES}
-    return {**_compare(rates, loads), "workflows": n}
+    return {**_compare(rates, samples), "workflows": n}
 
 
 def run_w5(hs: dict[str, Harness], runs: int, reps: int) -> dict[str, Any]:
@@ -132,9 +113,9 @@ def run_w5(hs: dict[str, Harness], runs: int, reps: int) -> dict[str, Any]:
             for w in workers:
                 h.stop(w)
 
-    raw, loads = _alternate(reps, measure)
+    raw, samples = _alternate(hs, reps, measure)
     late = {side: [max(r["last_late_ms"], 1.0) for r in raw[side]] for side in SIDES}
-    return {**_compare(late, loads, higher_is_better=False), "runs": runs, "metric": "last_late_ms"}
+    return {**_compare(late, samples, higher_is_better=False), "runs": runs, "metric": "last_late_ms"}
 
 
 def _line(name: str, r: dict[str, Any]) -> str:
@@ -152,7 +133,7 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the baseline revision (git)")
     parser.add_argument("--only", default="w1,w3,w4,w5,w6")
     parser.add_argument("--size", choices=sorted(SIZES), default="standard")
-    parser.add_argument("--out", default=str(BENCH / "results"))
+    parser.add_argument("--out", default=str(harness.BENCH / "results"))
     args = parser.parse_args()
     only, s = [w.strip() for w in args.only.split(",")], SIZES[args.size]
     tmp = Path(tempfile.mkdtemp(prefix="durable-bench-compare-"))
@@ -160,11 +141,11 @@ def main() -> None:
     started = datetime.now(UTC)
     results: dict[str, Any] = {}
     try:
-        reset_redis(DEFAULT_REDIS)
+        harness.reset_redis(harness.DEFAULT_REDIS)
         base, base_code = _harness(tmp, "base", args.base, private)
         head, head_code = _harness(tmp, "head", None, private)
         hs = {"base": base, "head": head}
-        info = machine(copy.copy(head.args), head_code)
+        info = machine(head.args.database_url, harness.DEFAULT_REDIS, head_code, private=True)
         info["base_code"] = base_code
         if "w1" in only:
             results["w1_signal"] = run_inproc(hs, "signal", s["w1"], 3, s["w1_reps"])
@@ -184,7 +165,8 @@ def main() -> None:
         private.stop()
     info["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     paired = {k: v for k, v in results.items() if "head_vs_base_paired" in v}
-    noisy = any(r["loadavg_1m"]["max"] > (os.cpu_count() or 1) for r in paired.values())
+    conditions = head.conditions.report()
+    noisy = conditions["noisy"]
     print(f"\nmachine: {info['cpu']}, {info['cores']} cores; commit {info['commit_latency']}")
     print(f"base: {base_code}\nhead: {head_code}")
     for name, r in paired.items():
@@ -192,14 +174,10 @@ def main() -> None:
     if "w6_head" in results:
         w6 = results["w6_head"]
         print(f"w6 (head)    per in-process step: {json.dumps(w6.get('per_step', w6))[:200]}")
-    if noisy:
-        print("WARNING: the load average exceeded the cores during the run; the ratios are not conclusive")
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    path = Path(args.out) / f"compare-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    warn_if_noisy(conditions)
     doc = {"started_at": started.isoformat(), "base": args.base, "size": args.size, "sizes": s, "noisy": noisy}
-    doc.update(machine=info, results=results)
-    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    print(f"results: {path}")
+    doc.update(machine=info, conditions=conditions, results=results)
+    print(f"results: {write_result(args.out, 'compare-', started, doc)}")
 
 
 if __name__ == "__main__":

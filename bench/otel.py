@@ -28,30 +28,18 @@ and a warning when the load exceeded the cores.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from bench import harness
 from bench.common import PrivatePostgres
-from bench.run import (
-    BENCH,
-    DEFAULT_DB,
-    DEFAULT_DBOS_DB,
-    DEFAULT_REDIS,
-    PY,
-    Harness,
-    code_under_test,
-    machine,
-    reset_database,
-    reset_redis,
-    summary,
-)
+from bench.conditions import describe, machine, warn_if_noisy, write_result
+from bench.harness import Harness
+from bench.pairing import alternate, ratios
 
 SIZES = {
     "standard": {"w1_workflows": 200, "w1_reps": 9, "w4_workflows": 200, "w4_reps": 5},
@@ -59,19 +47,18 @@ SIZES = {
 }
 
 
-def _load() -> float:
-    return round(os.getloadavg()[0], 2)
-
-
-def _ratios(raw: dict[str, list[dict[str, Any]]], metric: str) -> dict[str, Any]:
-    on = [r[metric]["median"] for r in raw["on"]]
-    off = [r[metric]["median"] for r in raw["off"]]
-    paired = [a / b for a, b in zip(on, off, strict=True)]
+def _ratios(raw: dict[str, list[dict[str, Any]]], metric: str, samples: list[dict[str, Any]]) -> dict[str, Any]:
+    r = ratios(
+        [x[metric]["median"] for x in raw["on"]], [x[metric]["median"] for x in raw["off"]], higher_is_better=True
+    )
+    cond = describe(samples)
     return {
-        "off": summary(off),
-        "on": summary(on),
-        "ratio_on_off_paired": summary(paired),
-        "ratio_of_medians": statistics.median(on) / statistics.median(off),
+        "off": r["peer"],
+        "on": r["ours"],
+        "ratio_on_off_paired": r["paired"],
+        "ratio_of_medians": r["of_medians"],
+        "conditions": cond,
+        "loadavg_1m": cond["loadavg_1m"],
     }
 
 
@@ -79,39 +66,25 @@ def run_w1(h: Harness, s: dict[str, int], mode: str) -> dict[str, Any]:
     server = h.server("ours")  # BENCH_OTEL=1: the SDK and the OpenTelemetry observer in this process
     argv = ["inproc", "--mode", mode, "--workflows", s["w1_workflows"], "--reps", 1]
     server.call(*argv, "--warmup", 20)
-    raw: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
-    loads: list[float] = []
-    for rep in range(s["w1_reps"]):
-        order = ("off", "on") if rep % 2 == 0 else ("on", "off")
-        for side in order:
-            extra = ["--observer", "off"] if side == "off" else []
-            raw[side].append(server.call(*argv, "--warmup", 3, *extra))
-            loads.append(_load())
-    return {**_ratios(raw, "workflows_per_s"), "loadavg_1m": summary(loads), "workflows": s["w1_workflows"]}
+
+    def measure(side: str, rep: int) -> dict[str, Any]:
+        return server.call(*argv, "--warmup", 3, *(["--observer", "off"] if side == "off" else []))
+
+    raw, samples = alternate(s["w1_reps"], ["off", "on"], measure, h.sample)
+    return {**_ratios(raw, "workflows_per_s", samples), "workflows": s["w1_workflows"]}
 
 
 def run_w4(h: Harness, s: dict[str, int]) -> dict[str, Any]:
     h.stop_servers()
-    raw: dict[str, list[dict[str, Any]]] = {"off": [], "on": []}
-    loads: list[float] = []
     n = s["w4_workflows"]
-    for rep in range(s["w4_reps"]):
-        order = ("off", "on") if rep % 2 == 0 else ("on", "off")
-        for side in order:
-            otel = "1" if side == "on" else ""
-            os.environ["BENCH_OTEL"] = otel  # inherited by the worker and the starter
-            worker = h.celery_worker()
-            try:
-                raw[side].append(
-                    h.measure(
-                        "ours", "dispatched", "--workflows", n, "--reps", 1, "--warmup", 10, BENCH_TRANSPORT="celery"
-                    )
-                )
-            finally:
-                h.stop(worker)
-            loads.append(_load())
+
+    def measure(side: str, rep: int) -> dict[str, Any]:
+        os.environ["BENCH_OTEL"] = "1" if side == "on" else ""  # inherited by the worker and the starter
+        return h.burst_on_new_worker(n)
+
+    raw, samples = alternate(s["w4_reps"], ["off", "on"], measure, h.sample)
     os.environ["BENCH_OTEL"] = "1"
-    return {**_ratios(raw, "workflows_per_s"), "loadavg_1m": summary(loads), "workflows": n}
+    return {**_ratios(raw, "workflows_per_s", samples), "workflows": n}
 
 
 def _line(name: str, r: dict[str, Any]) -> str:
@@ -127,13 +100,13 @@ def _line(name: str, r: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.otel", description=__doc__)
     parser.add_argument("--size", choices=sorted(SIZES), default="standard")
-    parser.add_argument("--out", default=str(BENCH / "results"))
+    parser.add_argument("--out", default=str(harness.BENCH / "results"))
     args = parser.parse_args()
-    args.rev, args.pg, args.redis_url = None, "private", DEFAULT_REDIS
-    args.database_url, args.dbos_url = DEFAULT_DB, DEFAULT_DBOS_DB
+    args.rev, args.pg, args.redis_url = None, "private", harness.DEFAULT_REDIS
+    args.database_url, args.dbos_url = harness.DEFAULT_DB, harness.DEFAULT_DBOS_DB
     os.environ["BENCH_OTEL"] = "1"
     tmp = Path(tempfile.mkdtemp(prefix="durable-bench-otel-"))
-    pythonpath, code = code_under_test(args, tmp)
+    pythonpath, code = harness.code_under_test(args, tmp)
     (tmp / "logs").mkdir()
     private = PrivatePostgres(tmp)
     args.database_url, args.dbos_url = f"{private.url}/bench", f"{private.url}/bench_dbos"
@@ -141,10 +114,10 @@ def main() -> None:
     started = datetime.now(UTC)
     results: dict[str, Any] = {}
     try:
-        reset_database(args.database_url)
-        reset_redis(args.redis_url)
-        subprocess.run([PY, "-m", "django", "migrate", "-v0"], env=h.env(), cwd=h.logdir, check=True)
-        info = machine(args, code)
+        harness.reset_database(args.database_url)
+        harness.reset_redis(args.redis_url)
+        h.run([harness.PY, "-m", "django", "migrate", "-v0"])
+        info = machine(args.database_url, args.redis_url, code, private=True)
         s = SIZES[args.size]
         results["w1_signal"] = run_w1(h, s, "signal")
         results["w1_caller"] = run_w1(h, s, "caller")
@@ -153,20 +126,17 @@ def main() -> None:
         h.stop_all()
         private.stop()
     info["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
-    noisy = max(r["loadavg_1m"]["max"] for r in results.values()) > (os.cpu_count() or 1)
+    conditions = h.conditions.report()
     print(f"\nmachine: {info['cpu']}, {info['cores']} cores; {info['durable_code']}; commit {info['commit_latency']}")
     for name, r in results.items():
         print(_line(name, r))
-    if noisy:
-        print("WARNING: the load average exceeded the cores during the run; the ratios are not conclusive")
-    Path(args.out).mkdir(parents=True, exist_ok=True)
-    path = Path(args.out) / f"otel-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    doc = {"started_at": started.isoformat(), "size": args.size, "sizes": s, "noisy": noisy}
+    warn_if_noisy(conditions)
+    doc = {"started_at": started.isoformat(), "size": args.size, "sizes": s, "noisy": conditions["noisy"]}
     doc.update(
-        machine=info, results=results, logs=str(h.logdir), finished_in_s=round(time.time() - started.timestamp())
-    )
-    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
-    print(f"results: {path}")
+        machine=info, conditions=conditions, results=results, logs=str(h.logdir),
+        finished_in_s=round(time.time() - started.timestamp()),
+    )  # fmt: skip
+    print(f"results: {write_result(args.out, 'otel-', started, doc)}")
 
 
 if __name__ == "__main__":

@@ -55,27 +55,11 @@ def _recreate_database() -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def _copy_template(model: Any, template_pk: Any, replace: dict[str, str], series: str) -> None:
-    """``INSERT INTO <table> SELECT`` every column of the template row, with ``replace`` columns as SQL."""
-    from django.db import connection
-
-    table = model._meta.db_table
-    columns = [f.column for f in model._meta.concrete_fields if not f.primary_key or f.column in replace]
-    select = [replace.get(column, f't."{column}"') for column in columns]
-    names = ", ".join(f'"{c}"' for c in columns)
-    pk = model._meta.pk.column
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f'INSERT INTO "{table}" ({names}) SELECT {", ".join(select)} FROM "{table}" t, {series} '
-            f'WHERE t."{pk}" = %s',
-            [template_pk],
-        )
-
-
 def build_fixture(runs: int, checkpoints: int, finished: datetime) -> float:
     """Insert the finished runs and their checkpoints; seconds it took."""
     from django.db import connection
 
+    from bench.fixtures import copy_template
     from durable.models import Checkpoint, Run
 
     started = time.perf_counter()
@@ -90,9 +74,9 @@ def build_fixture(runs: int, checkpoints: int, finished: datetime) -> float:
     # Distinct finish times, oldest first by id, as real traffic would leave them.
     offset = "t.\"{c}\" - g * interval '1 millisecond'"
     run_columns = {"id": "'old-' || g", **{c: offset.format(c=c) for c in ("created_at", "finished_at")}}
-    _copy_template(Run, "template", run_columns, f"generate_series(1, {runs}) g")
+    copy_template(Run, "template", run_columns, f"generate_series(1, {runs}) g")
     cp_columns = {"run_id": "'old-' || g", "seq": "s", "name": "'s' || s"}
-    _copy_template(
+    copy_template(
         Checkpoint, cp.pk, cp_columns, f"generate_series(1, {runs}) g, generate_series(0, {checkpoints - 1}) s"
     )
     Run.objects.filter(id="template").delete()

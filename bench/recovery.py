@@ -251,7 +251,7 @@ def main() -> None:
     parser.add_argument("--backlog", type=int, default=100, help="short runs started before each kill")
     parser.add_argument("--modes", default=",".join(MODES))
     args = parser.parse_args()
-    from bench.run import PrivatePostgres
+    from bench.common import PrivatePostgres
 
     with tempfile.TemporaryDirectory(prefix="durable-recovery-") as tmpdir:
         tmp = Path(tmpdir)

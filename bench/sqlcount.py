@@ -11,7 +11,7 @@ psycopg opens every explicit transaction with a ``BEGIN`` round trip of its own
 and ends it with ``COMMIT``; those are counted as ``round_trips`` on top of the
 statements. In a worker process (``BENCH_SQL_COUNT=1``) the counts are pushed to
 Redis every 0.1 s under ``bench:sql:<system>`` so the driver can add them up.
-The database's own view (``pg_stat_database.xact_commit``) is read by the driver.
+The server's own view (write transactions by xid, ``pg_stat_statements``) is read by the driver.
 """
 
 from __future__ import annotations
@@ -40,6 +40,13 @@ def verb(sql: str) -> str:
     return head[0].upper() if head else ""
 
 
+# Threads whose statements depend on the clock, not on the workload (a worker's
+# fleet heartbeat every FLEET_TTL / 3, the metrics flush, the counter's own push):
+# counted, they made the difference between two batches of different lengths
+# jitter by whole statements.
+BACKGROUND_THREADS = ("durable-fleet", "durable-metrics", "bench-sql-flush")
+
+
 class SqlCounter:
     def __init__(self) -> None:
         self.lock = threading.Lock()
@@ -47,6 +54,7 @@ class SqlCounter:
 
     def reset(self) -> None:
         self.only_threads: tuple[str, ...] = ()
+        self.skip_threads: tuple[str, ...] = BACKGROUND_THREADS
         self.ignored: collections.Counter[str] = collections.Counter()
         with getattr(self, "lock", threading.Lock()):
             self.statements: collections.Counter[str] = collections.Counter()
@@ -58,12 +66,10 @@ class SqlCounter:
 
     # -- events ------------------------------------------------------------
     def statement(self, sql: str, *, conn_key: int, in_txn: bool) -> None:
-        if self.only_threads:
-            name = threading.current_thread().name
-            if not name.startswith(self.only_threads):
-                with self.lock:
-                    self.ignored[name] += 1
-                return
+        if self._skip():
+            with self.lock:
+                self.ignored[threading.current_thread().name] += 1
+            return
         text = normalise(sql)
         write = verb(text) in ("INSERT", "UPDATE", "DELETE") or _cte_writes(text)
         with self.lock:
@@ -77,7 +83,11 @@ class SqlCounter:
                 self._open_write[conn_key] = True
 
     def _skip(self) -> bool:
-        return bool(self.only_threads) and not threading.current_thread().name.startswith(self.only_threads)
+        """A statement of a thread that does not run the workload: counted as ``ignored``."""
+        name = threading.current_thread().name
+        if self.only_threads and not name.startswith(self.only_threads):
+            return True
+        return bool(self.skip_threads) and name.startswith(self.skip_threads)
 
     def commit(self, conn_key: int) -> None:
         if self._skip():
@@ -114,11 +124,11 @@ def per_unit(small: dict[str, Any], big: dict[str, Any], units: float, runs: int
     """Marginal cost of one step (``units`` more steps in ``big``) and the fixed cost per workflow.
 
     ``small``/``big``: client-side counts (:meth:`SqlCounter.snapshot` deltas) with
-    ``server_xact_commit`` and, when pg_stat_statements is loaded, ``pgss``.
+    ``server_write_txns`` and, when pg_stat_statements is loaded, ``pgss``.
     """
     step = diff(big, small)
-    step["server_xact_commit"] = big["server_xact_commit"] - small["server_xact_commit"]
-    keys = ("statements", "explicit_txns", "autocommit_txns", "write_txns", "server_xact_commit")
+    step["server_write_txns"] = big["server_write_txns"] - small["server_write_txns"]
+    keys = ("statements", "explicit_txns", "autocommit_txns", "write_txns", "server_write_txns")
     per_step: dict[str, Any] = {k: step[k] / units for k in keys}
     per_step["round_trips"] = per_step["statements"] + 2 * per_step["explicit_txns"]
     per_step["sql"] = {k: round(v / units, 3) for k, v in sorted(step["by_statement"].items(), key=lambda kv: -kv[1])}
