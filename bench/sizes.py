@@ -34,7 +34,7 @@ _TABLE: dict[str, tuple[Any, Any, Any]] = {
     "w7_samples": (300, 1000, 2000),  # starts timed per repetition
     "w7_reps": (2, 3, 5),
     "w8_runs": (2000, 20_000, 100_000),  # sleepers due at the same moment
-    "w8_lead": (20, 90, 400),  # seconds from the first start to the due time
+    "w8_lead": (40, 90, 400),  # seconds from the first start to the due time
     "w8_reps": (1, 1, 1),
 }
 SIZES: dict[str, dict[str, Any]] = {
