@@ -56,12 +56,13 @@ def row(
     higher: bool,
     target: str = "",
     goal: float | None = None,
+    most: float | None = None,
     limit: float | None = None,
     unit: str = "",
     peer_name: str = "DBOS",
     pair: bool = True,
 ) -> dict[str, Any]:
-    """One figure. ``goal``: the least advantage that meets the target; ``limit``: the most ours may be."""
+    """One figure. ``goal``/``most``: the least/most ratio that meets the target; ``limit``: the most ours may be."""
     ov, pv = _values(ours), _values(peer)
     paired = None
     if pair and ov and pv and len(ov) == len(pv):
@@ -72,6 +73,8 @@ def row(
     met = None
     if goal is not None and judged is not None:
         met = judged >= goal
+    if most is not None and judged is not None:
+        met = judged <= most
     if limit is not None and _median(ours) is not None:
         met = _median(ours) <= limit  # type: ignore[operator]
     return {
@@ -146,10 +149,11 @@ def rows_w3(w3: dict[str, Any]) -> list[dict[str, Any]]:
     ]  # fmt: skip
     for key, how in (("ours_signal", "inline"), ("ours_caller", "caller's thread")):
         side = w3.get(key) or {}
+        # The ratio here is step ÷ insert (a multiple of the baseline), so the target is a maximum.
         out.append(
-            row(work, f"ms per in-process step ({how}) vs a single-insert transaction (BEGIN; INSERT; COMMIT)",
-                side.get("ms_per_step"), insert_baseline(side), higher=False, unit=" ms",
-                target="step ≤1.3× insert", goal=1 / 1.3, peer_name=INSERT)
+            row(work, f"ms per in-process step ({how}) ÷ a single-insert transaction (BEGIN; INSERT; COMMIT)",
+                side.get("ms_per_step"), insert_baseline(side), higher=True, unit=" ms",
+                target="≤1.3×", most=1.3, peer_name=INSERT)
         )  # fmt: skip
     return out
 
@@ -315,13 +319,14 @@ def print_table(table: list[dict[str, Any]]) -> None:
     for line in lines:
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)))
     print(
-        "advantage: ours ÷ peer for rates, peer ÷ ours for times and counts (>1 means we are ahead); "
+        "advantage: ours ÷ peer for rates, peer ÷ ours for times and counts (>1 means we are ahead; "
+        "except the single-insert rows: step ÷ insert); "
         "paired: median [min–max] of the per-repetition ratios (targets are judged on it); "
         "of medians: the ratio of the two medians; [min–max] of values over repetitions"
     )
     for r in table:
         if r["peer_name"] == INSERT and r["advantage"]:
-            print(f"{r['metric']}: the step costs {1 / r['advantage']:.2f}× the insert (target ≤1.3×)")
+            print(f"{r['metric']}: the step costs {r['advantage']:.2f}× the insert (target ≤1.3×)")
     for r in table:
         if r["impossible"]:
             print(f"IMPOSSIBLE COUNT ({r['workload']}, {r['metric']}): {'; '.join(r['impossible'])}")

@@ -118,3 +118,11 @@ def test_size_overrides_keep_the_type_and_refuse_unknown_keys() -> None:
         parse_overrides(["w99=1"], base)
     with pytest.raises(SystemExit):
         parse_overrides(["w7_runs=many"], base)
+
+
+def test_the_per_step_baseline_row_is_a_multiple_of_the_insert_with_a_maximum() -> None:
+    step = {"median": 1.2, "values": [1.0, 1.2, 1.5]}
+    insert = {"median": 1.0, "values": [1.0, 1.0, 1.0]}
+    r = row("3", "step ÷ insert", step, insert, higher=True, most=1.3)
+    assert r["advantage"] == 1.2 and r["met"] is True
+    assert row("3", "step ÷ insert", step, {"median": 0.5, "values": [0.5] * 3}, higher=True, most=1.3)["met"] is False
