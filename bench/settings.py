@@ -33,6 +33,8 @@ if os.environ.get("BENCH_CELERY_DB_REUSE_MAX"):
     CELERY_DB_REUSE_MAX = int(os.environ["BENCH_CELERY_DB_REUSE_MAX"])
 
 DURABLE = {"TRANSPORT": env("BENCH_TRANSPORT", default="inline"), "EMBEDDED_WORKER": False}
+if os.environ.get("BENCH_NOTIFY") == "0":  # python -m bench.pickup, NOTIFY off
+    DURABLE["NOTIFY"] = False
 if os.environ.get("BENCH_OTEL"):  # ./bench/run --otel
     DURABLE["OPENTELEMETRY"] = True
 for key in ("WORKER_THREADS", "SWEEP_BATCH"):

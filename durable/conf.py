@@ -17,6 +17,12 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           (signal, step result), so a lost wake is re-driven.
 ``MAX_RECOVERY_ATTEMPTS`` 5. Orphan recoveries before the run goes ``dead``.
 ``WORKER_INTERVAL``       1s. Poll period of the worker loop when idle.
+``NOTIFY``                True. On PostgreSQL, a process on the ``manual``
+                          transport sends a notification in the commit of a
+                          start, a signal or a step result that wakes a run,
+                          and ``durable_worker`` listens for it, so it takes
+                          the run at once instead of at its next poll. False
+                          turns both off (behind a pooler that cannot LISTEN).
 ``WORKER_THREADS``        4. Threads of the in-process (inline) transport, and of
                           the worker loop's due-run sweep when turns wait on I/O.
 ``EMBEDDED_WORKER``       True. Run the worker loop inside the web process
@@ -116,6 +122,7 @@ DEFAULTS: dict[str, Any] = {
     "MAX_RECOVERY_ATTEMPTS": 5,
     "WORKER_INTERVAL": 1.0,
     "WORKER_THREADS": 4,
+    "NOTIFY": True,
     "EMBEDDED_WORKER": True,
     "DEFAULT_NAMESPACE": "default",
     "STEP_EXECUTION_LEASE": 60.0,
@@ -203,6 +210,7 @@ class DurableSettings:
     # The key of callback tokens (CALLBACK_SECRET, else derived from SECRET_KEY); empty: none configured.
     callback_secret: bytes = b""
     callback_url: str = "/api/durable/callbacks/{token}/"
+    notify: bool = True
 
 
 def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
@@ -341,6 +349,7 @@ def parse(raw: Any) -> DurableSettings:
         queues=values["QUEUES"],
         callback_secret=values["CALLBACK_SECRET"],
         callback_url=values["CALLBACK_URL"],
+        notify=bool(values["NOTIFY"]),
     )
 
 

@@ -119,3 +119,61 @@ def test_a_start_without_singleton_is_one_insert_and_its_run_never_reads_a_slot(
     with _statements() as seen:
         get_engine().run_turn(singleton_id)
     assert any("durable_singletonslot" in sql for sql, _ in seen)
+
+
+def _verbs(seen: list[tuple[str, bool]]) -> list[str]:
+    return [sql.split()[0] for sql, _ in seen]
+
+
+@override_settings(DURABLE={"TRANSPORT": "manual"})
+def test_a_fresh_turn_confirms_its_lease_by_the_write_that_took_it():
+    _run(1)  # warm
+    seen = _run(3)
+    # The acquire, then one commit per step: no lease read before the first step.
+    assert _verbs(seen) == ["UPDATE", "WITH", "WITH", "WITH"]
+    assert not any(sql.startswith("SELECT 1 FROM") for sql, _ in seen)
+
+
+_effects: list[str] = []
+
+
+@durable.step(name="hp_remote")
+def hp_remote() -> int:
+    return 1
+
+
+@durable.workflow(name="hp_resumed")
+def hp_resumed(ctx: durable.WorkflowContext) -> int:
+    got = int(ctx.step(hp_remote))
+    return int(ctx.local_step("after", lambda: _effects.append("after") or got + 1))
+
+
+@override_settings(DURABLE={"TRANSPORT": "manual"})
+def test_a_resumed_turn_still_reads_its_lease_before_its_first_side_effect():
+    run_id = durable.start("hp_resumed")
+    get_engine().run_turn(run_id)
+    assert get_engine().execute_step(run_id, 1, continue_turn=False) == "completed"
+    with _statements() as seen:
+        assert get_engine().run_turn(run_id) == "completed"
+    # acquire, history, the lease read before "after", the final commit
+    assert _verbs(seen) == ["UPDATE", "SELECT", "SELECT", "WITH"]
+    assert seen[2][0].startswith("SELECT 1 FROM")
+    assert _effects == ["after"]
+
+
+@durable.workflow(name="hp_cancelled_before_first_step")
+def hp_cancelled_before_first_step(ctx: durable.WorkflowContext) -> int:
+    # A cancel that lands after the lease was taken, before the first side effect.
+    durable.cancel(ctx.run_id)
+    return int(ctx.local_step("first", lambda: _effects.append("first") or 1))
+
+
+@override_settings(DURABLE={"TRANSPORT": "manual"})
+def test_a_cancel_before_a_fresh_turns_first_step_is_seen_at_its_commit():
+    _effects.clear()
+    run_id = durable.start("hp_cancelled_before_first_step")
+    assert get_engine().run_turn(run_id) == "lost"
+    run = Run.objects.get(pk=run_id)
+    # The step ran once (as a cancel during it would let it), and nothing after the cancel was written.
+    assert _effects == ["first"]
+    assert run.status == "cancelled" and not run.checkpoints.exists()

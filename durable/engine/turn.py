@@ -177,6 +177,8 @@ def prepare_turn(
         if history is None or acquired is None:
             history = {} if first else store.load_checkpoints(run.id)
         turn = Turn(engine, run, History(run.id, history, engine.clock, cancelling=run.cancel_requested))
+        if first and not history:
+            turn.lease_taken()
         turn.span = span
         hold = engine.keeper.hold(engine.settings.lease / 3, lambda: _renew(engine, turn), turn.mark_lost)
         made = _replay(engine, turn, wf, hold)

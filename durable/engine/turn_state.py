@@ -52,6 +52,8 @@ class Turn:
         self._after_commit: list[Callable[[], None]] = []
         self._lost = threading.Event()
         self._taken_signals: list[int] = []
+        # The lease was confirmed by the write that took it and only workflow code ran since.
+        self._lease_fresh = False
 
     # -- lease -------------------------------------------------------------
     def lease_until(self, now: datetime) -> datetime:
@@ -59,6 +61,14 @@ class Turn:
 
     def mark_lost(self) -> None:
         self._lost.set()
+
+    def lease_taken(self) -> None:
+        """The lease was just taken by a write (the leased insert, the acquire, the page claim), with no history.
+
+        The first :meth:`confirm_lease` then needs no read: that write confirmed
+        the lease, and only the workflow's own code (no store call) ran since.
+        """
+        self._lease_fresh = True
 
     def check_lease(self) -> None:
         if self._lost.is_set():
@@ -70,10 +80,15 @@ class Turn:
         A cancel that landed since the turn began then stops the turn before the
         side effect, instead of after it.
         """
+        fresh, self._lease_fresh = self._lease_fresh, False
         if self.writes:
             self.flush()
             return
         self.check_lease()
+        if fresh:
+            # Folded into the write that took the lease: a cancel since then (within the workflow's
+            # own code before its first side effect) is seen at the next commit, as during a step.
+            return
         # A read: the keeper renews the lease; this only asks whether a cancel took it.
         if not self._guard(lambda: self.engine.store.lease_held(self.run.id, self.engine.owner)):
             self.mark_lost()
@@ -170,8 +185,9 @@ class Turn:
         found: RunRecord | None = self._guard(lambda: self.engine.store.resolve_run(run_id))
         return found
 
-    @staticmethod
-    def _guard(fn: Callable[[], Any]) -> Any:
+    def _guard(self, fn: Callable[[], Any]) -> Any:
+        """Call the store; its errors become ``EngineFault``. After a store call the lease is no longer fresh."""
+        self._lease_fresh = False
         try:
             return fn()
         except (LeaseLost, EngineFault):

@@ -190,6 +190,15 @@ PG_WAKE_WAITERS = (
     f"UPDATE {RUN_TABLE} SET {q('wake_at')} = %s WHERE {q('status')} = '{RunStatus.SUSPENDED}' AND {q('id')} IN "
     f"(SELECT {q('run_id')} FROM {WAITER_TABLE} WHERE {q('name')} = ANY(%s)) RETURNING {q('id')}"
 )
+# The channel of work notifications (DURABLE["NOTIFY"]): the payload is the run's namespace, so a
+# scoped worker can ignore the others; pg_notify in a statement is delivered when it commits.
+NOTIFY_CHANNEL = "durable_work"
+# The start insert, announcing the run inserted (no row, no notification, when the id exists).
+PG_INSERT_RUN_NOTIFY = INSERT_RUN.replace(
+    f"RETURNING {q('id')}", f"RETURNING {q('id')}, pg_notify('{NOTIFY_CHANNEL}', {q('namespace')})"
+)
+# Announce runs (woken in the current transaction). Params: run ids.
+PG_NOTIFY_RUNS = f"SELECT pg_notify('{NOTIFY_CHANNEL}', {q('namespace')}) FROM {RUN_TABLE} WHERE {q('id')} = ANY(%s)"
 # Serialises publishers and waiters of one event name, until the transaction ends. Params: key.
 PG_EVENT_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%s))"
 EVENT_LOCK_PREFIX = "durable-event:"
@@ -368,11 +377,12 @@ class PostgresStatements:
         ]
 
     # -- a step result ----------------------------------------------------------------
-    def finish_step(self, take: bool, claimed: bool = False) -> str:
+    def finish_step(self, take: bool, claimed: bool = False, notify: bool = False) -> str:
         """Settle an open step and wake (or, ``take``, lease) its suspended run, run row locked first.
 
         Nothing is settled for a missing run or one whose results are ignored;
-        ``claimed``: nor unless the step still runs under the result's claim.
+        ``claimed``: nor unless the step still runs under the result's claim;
+        ``notify``: a run woken is announced on :data:`NOTIFY_CHANNEL` (on commit).
         Params: :meth:`finish_step_params`. Returns one row, the run's status
         as found followed by the run's columns as leased (NULLs when not woken).
         """
@@ -399,6 +409,13 @@ class PostgresStatements:
             f"AND {q('status')} IN ({_in(UNSETTLED)}) {claim}"
             f"AND EXISTS (SELECT 1 FROM old WHERE {q('status')} NOT IN ({_in(STEP_RESULT_IGNORED)}))) "
             f"SELECT old.{q('status')}, woke.* FROM old LEFT JOIN woke ON true"
+            # (A volatile function: the join is never removed, and runs once, only for a woken run.)
+            + (
+                f" LEFT JOIN LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', woke.{q('namespace')}) "
+                f"WHERE woke.{q('id')} IS NOT NULL) announced ON true"
+                if notify
+                else ""
+            )
         )
 
     def finish_step_params(self, result: StepResultPlan) -> list[Any]:

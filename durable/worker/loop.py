@@ -18,6 +18,9 @@ from typing import Any
 from django.db import close_old_connections, connection
 
 from durable.runtime import get_engine
+from durable.worker import listen
+from durable.worker.due import wake_due_runs
+from durable.worker.listen import Listener
 from durable.worker.predecessors import release_dead_holders
 from durable.worker.tick import tick
 
@@ -25,6 +28,10 @@ logger = logging.getLogger("durable.worker")
 
 # Longest an idle loop goes without looking at its stop event.
 _STOP_CHECK = 0.1
+# Longest the loop waits for its listener's connection before its first tick.
+_LISTEN_WAIT = 10.0
+# Longest between attempts to listen again after the listener's connection failed.
+_LISTEN_RETRY = 5.0
 
 
 class WorkerLoop:
@@ -43,14 +50,25 @@ class WorkerLoop:
     processes (a killed predecessor's; see
     :func:`~durable.worker.predecessors.release_dead_holders`), so its first
     tick recovers their work instead of waiting for the leases to lapse.
+
+    With ``listen`` (``durable_worker``) on PostgreSQL and ``DURABLE["NOTIFY"]``,
+    a :class:`~durable.worker.listen.Listener` ends the idle wait when new
+    work is notified; it is listening before the first tick (or gave up
+    waiting for its connection), so work committed after that tick is
+    notified and work committed before it is found by it.
     """
 
-    def __init__(self, *, interval: float | None = None, stop: threading.Event | None = None) -> None:
+    def __init__(
+        self, *, interval: float | None = None, stop: threading.Event | None = None, listen: bool = False
+    ) -> None:
         self.interval = interval
         self.stop = stop or threading.Event()
+        self.listen = listen
         self._pool: ThreadPoolExecutor | None = None
         self._pool_size = 0
         self._nudged = threading.Event()
+        # A notification of new work arrived: the next pass claims due runs before the other sweeps.
+        self._notified = threading.Event()
         self._idle_until = float("inf")  # monotonic end of the current idle wait (inf: not idle)
 
     def nudge(self, delay: float) -> None:
@@ -74,6 +92,26 @@ class WorkerLoop:
             # Inside a test's transaction the connection must stay as it is.
             if not connection.in_atomic_block:
                 close_old_connections()
+
+    def pick_up(self) -> dict[str, int]:
+        """After a notification: claim and run due runs at once, ahead of the other sweeps.
+
+        The loop follows it with a full pass at once, so a stream of
+        notifications never keeps the other sweeps (timers, recovery) waiting.
+        """
+        self._notified.clear()
+        try:
+            runner = self._run_claimed if not connection.in_atomic_block else None
+            engine = get_engine()
+            return {"turns": wake_due_runs(engine, execute=True, should_stop=self.stop.is_set, runner=runner)}
+        finally:
+            if not connection.in_atomic_block:
+                close_old_connections()
+
+    def notified(self) -> None:
+        """New work was notified (the listener's thread): end the idle wait and pick it up first."""
+        self._notified.set()
+        self.nudge(0.0)
 
     def _run_claimed(self, jobs: Sequence[Callable[[], Any]]) -> list[Any]:
         """Run the turns of claimed runs on ``WORKER_THREADS`` threads; wait for all of them."""
@@ -119,35 +157,62 @@ class WorkerLoop:
         self.release_predecessors()
         transport = get_engine().transport
         transport.attach_loop(self.nudge)
+        listener = self._start_listener()
         try:
             while not self.stop.is_set():
                 try:
+                    if self._notified.is_set():
+                        self.pick_up()  # then the full pass, at once: no sweep waits behind notifications
                     counts = self.run_once(threaded=True)
                 except Exception:
                     logger.exception("worker tick failed; retrying")
                     self._sleep(self.interval or get_engine().settings.worker_interval)
                     continue
                 if not any(counts.values()):
-                    self._sleep(self._idle_wait())
+                    self._idle()
         finally:
             transport.attach_loop(None)
+            if listener is not None:
+                listener.stop()
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
         transport.shutdown(wait=True)
 
-    def _sleep(self, seconds: float) -> None:
-        """Wait ``seconds``, less if stopped or nudged."""
+    def _start_listener(self) -> Listener | None:
+        """The notification listener, once listening (None: not asked for, off, or not PostgreSQL)."""
+        engine = get_engine()
+        if not (self.listen and engine.settings.notify and listen.available()):
+            return None
+        interval = self.interval or engine.settings.worker_interval
+        listener = Listener(self.notified, engine.namespaces, retry=min(interval, _LISTEN_RETRY))
+        listener.start()
+        # Bounded: a database that refuses the connection leaves the loop to its polls.
+        if not listener.listening.wait(_LISTEN_WAIT):
+            logger.warning("not listening for notifications yet; polling every %.1fs meanwhile", interval)
+        return listener
+
+    def _sleep(self, seconds: float, ending: str = "poll") -> None:
+        """Wait ``seconds``, less if stopped or nudged; ``ending``: what a wait that runs out is (logged)."""
         self._idle_until = time.monotonic() + seconds
         try:
             # ``stop`` is the caller's event (a signal handler sets it): look at it often.
             while not self.stop.is_set():
                 left = self._idle_until - time.monotonic()
-                if left <= 0 or self._nudged.wait(min(left, _STOP_CHECK)):
+                if left <= 0:
+                    logger.debug("idle wait ended: %s", ending)
+                    break
+                if self._nudged.wait(min(left, _STOP_CHECK)):
+                    logger.debug("idle wait ended: nudged")
                     break
         finally:
             self._idle_until = float("inf")
             self._nudged.clear()
+
+    def _idle(self) -> None:
+        """Wait as an idle loop does: one that runs out after a full interval is a poll, a shorter one a due wake."""
+        wait = self._idle_wait()
+        self._sleep(wait, "poll" if wait >= (self.interval or get_engine().settings.worker_interval) else "due")
 
     def _idle_wait(self) -> float:
         """Seconds to wait when idle: the poll interval, or less if a sleeping run wakes sooner.

@@ -60,7 +60,8 @@ class Command(BaseCommand):
         except ConfigurationError as exc:
             raise CommandError(str(exc)) from None
         stop = threading.Event()
-        loop = WorkerLoop(interval=interval, stop=stop)
+        # On PostgreSQL it also listens for the notifications of new work (DURABLE["NOTIFY"]).
+        loop = WorkerLoop(interval=interval, stop=stop, listen=True)
         if once:
             counts = loop.run_once()
             self.stdout.write(" ".join(f"{k}={v}" for k, v in counts.items()))

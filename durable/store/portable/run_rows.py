@@ -14,7 +14,7 @@ from durable.engine.vocab import ACTIVE, RESETTABLE, RUN_TOKEN, TERMINAL, Checkp
 from durable.exceptions import InvalidRunState, RunNotFound
 from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
 from durable.store.portable.shared import StoreBase, run_record, ts
-from durable.store.statements import ACQUIRE, INSERT_RUN, RUN_COLUMNS
+from durable.store.statements import ACQUIRE, RUN_COLUMNS
 
 # Runs that cannot execute an undo (blocked, or queued and never started): a cancel ends them outright.
 _IDLE = (RunStatus.BLOCKED, RunStatus.QUEUED)
@@ -33,7 +33,7 @@ class RunRows(StoreBase):
             return self._admit_new_run(fields)
         row = Run(**fields)
         params = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in RUN_COLUMNS]
-        return bool(self._execute(INSERT_RUN, params))
+        return bool(self._execute(self._start_statement(), params))
 
     def _admit_new_run(self, fields: dict[str, Any]) -> bool:
         with transaction.atomic():
@@ -142,9 +142,10 @@ class RunRows(StoreBase):
                 raise InvalidRunState(f"run {run_id!r} is {status}; it takes no more signals")
             BufferedSignal.objects.create(run_id=run_id, name=name, payload=payload, created_at=now)
             if SignalWaiter.objects.filter(run_id=run_id, name=name).exists():
-                return bool(
-                    Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now, updated_at=now)
-                )
+                woken = Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now, updated_at=now)
+                if woken:
+                    self._announce([run_id])
+                return bool(woken)
         return False
 
     def cancel(self, run_id: str, now: datetime, compensate: bool = False) -> CancelResult:

@@ -17,6 +17,7 @@ from django.db.models import Q
 from durable.engine.ports import Admitted, CheckpointRecord, ClaimCheck, RunRecord
 from durable.engine.vocab import ACTIVE, CheckpointStatus, RunStatus
 from durable.models import Run, SignalWaiter
+from durable.store.statements import INSERT_RUN
 
 
 class LeaseGone(Exception):
@@ -70,6 +71,17 @@ class StoreBase:
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall() if cursor.description else []
+
+    def _start_statement(self) -> str:
+        """A start's insert (:data:`~durable.store.statements.INSERT_RUN`); params: the run's columns."""
+        return INSERT_RUN
+
+    def _announce(self, run_ids: list[str]) -> None:
+        """Announce runs made due in the current transaction to listening workers (on its commit).
+
+        Nothing to do here: only the PostgreSQL store has notifications (``DURABLE["NOTIFY"]``).
+        """
+        return None
 
     def _insert_runs(self, rows: list[dict[str, Any]]) -> list[str]:
         """Insert runs that do not exist yet (idempotent on id); return the ids created.

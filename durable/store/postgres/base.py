@@ -7,9 +7,18 @@ from typing import Any
 
 from django.db import connection
 
+from durable import conf
 from durable.store.portable.shared import StoreBase
 from durable.store.postgres.cursors import Cursors
-from durable.store.statements import EVENT_LOCK_PREFIX, PG_EVENT_LOCK, PG_WAKE_WAITERS, PostgresStatements
+from durable.store.statements import (
+    EVENT_LOCK_PREFIX,
+    INSERT_RUN,
+    PG_EVENT_LOCK,
+    PG_INSERT_RUN_NOTIFY,
+    PG_NOTIFY_RUNS,
+    PG_WAKE_WAITERS,
+    PostgresStatements,
+)
 
 
 class PostgresBase(StoreBase):
@@ -21,6 +30,25 @@ class PostgresBase(StoreBase):
 
     def _execute(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         return self._cursors.execute(sql, params)
+
+    def _notifying(self) -> bool:
+        """Does this process announce new work with ``NOTIFY``? (``DURABLE["NOTIFY"]`` on the manual transport.)
+
+        Only a process that runs nothing itself needs to: on ``inline`` the
+        process that starts or wakes a run runs its turn, and on Celery the
+        broker carries the announcement.
+        """
+        settings = conf.get()
+        return settings.notify and settings.transport == "manual"
+
+    def _start_statement(self) -> str:
+        """The start's insert; announcing the new run in the same statement when :meth:`_notifying`."""
+        return PG_INSERT_RUN_NOTIFY if self._notifying() else INSERT_RUN
+
+    def _announce(self, run_ids: list[str]) -> None:
+        """``pg_notify`` each run's namespace in the current transaction (delivered only if it commits)."""
+        if run_ids and self._notifying():
+            self._execute(PG_NOTIFY_RUNS, [run_ids])
 
     def _lock_event(self, name: str) -> None:
         """An advisory lock per event name, held until the transaction ends."""

@@ -42,8 +42,10 @@ class PostgresSteps(PostgresBase, StepRows):
 
     def _settle_step(self, plan: StepResultPlan) -> tuple[str | None, RunRecord | None]:
         """Settle and wake (or lease) in one statement; the run's status as found, the run as leased."""
+        take = plan.take is not None
         rows = self._execute(
-            self._statements.finish_step(plan.take is not None, plan.claim is not None),
+            # A woken run (not one this process takes) is announced to the listening workers.
+            self._statements.finish_step(take, plan.claim is not None, not take and self._notifying()),
             self._statements.finish_step_params(plan),
         )
         if not rows:
