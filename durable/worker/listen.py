@@ -31,6 +31,8 @@ logger = logging.getLogger("durable.worker")
 
 # Longest the listening thread goes without looking at its stop event.
 _STOP_CHECK = 0.5
+# Longest :meth:`Listener.stop` waits for the thread (one stuck connecting to an unreachable server).
+_STOP_JOIN = 10.0
 
 
 def wanted(payload: str, namespaces: frozenset[str] | None) -> bool:
@@ -75,10 +77,13 @@ class Listener:
         self._thread.start()
 
     def stop(self) -> None:
-        """Stop listening; returns once the thread has closed its connection."""
+        """Stop listening; returns once the thread has closed its connection (or, stuck connecting, after a while).
+
+        The thread is a daemon: one still waiting for the server does not keep the process alive.
+        """
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(_STOP_JOIN)
             self._thread = None
 
     def _run(self) -> None:
