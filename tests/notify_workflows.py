@@ -34,6 +34,12 @@ def notify_dispatched(ctx: durable.WorkflowContext, n: int) -> int:
     return int(ctx.step(notify_work, n))
 
 
+@durable.workflow(name="notify.single", singleton=durable.Singleton(key="k"))
+def notify_single(ctx: durable.WorkflowContext, data: dict[str, int]) -> int:
+    """One run per key ``k`` at a time: a second start of a key waits, queued."""
+    return int(data["k"])
+
+
 class NotifyWorkflowsConfig(AppConfig):
     name = "tests"
     label = "durable_notify_tests"

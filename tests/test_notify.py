@@ -77,6 +77,16 @@ def test_notify_off_announces_nothing(heard):
     assert _announced(heard) == []
 
 
+def test_a_singleton_start_announces_a_pending_run_and_a_queued_one_nothing(heard):
+    first = durable.start("notify.single", {"k": 1}, namespace="tenant-s")
+    assert _announced(heard) == ["tenant-s"]
+    queued = durable.start("notify.single", {"k": 1}, namespace="tenant-s")
+    assert _announced(heard) == []
+    assert Run.objects.get(pk=queued).status == "queued"
+    assert get_engine().run_turn(first) == "completed"
+    assert Run.objects.get(pk=queued).status == "pending"  # handed the slot by the final commit
+
+
 def test_a_signal_announces_the_run_it_wakes_and_a_buffered_one_nothing(heard):
     run_id = durable.start("notify.waits", 1)
     assert _announced(heard) == ["default"]

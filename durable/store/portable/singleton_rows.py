@@ -40,12 +40,15 @@ class SingletonRows(StoreBase):
         Idempotent on the run id: an existing id returns ``created=False``
         and writes nothing, even when the key's queue is full. Raises
         :class:`~durable.QueueFull` (nothing written) when ``max_queue_depth``
-        is set and reached.
+        is set and reached. The runs made pending are announced to listening
+        workers (:meth:`_announce`) in the same transaction.
         """
         if Run.objects.filter(id=fields["id"]).exists():
             return NOT_CREATED
         with transaction.atomic():
-            return self._admit_new(fields, max_queue_depth, now)
+            result = self._admit_new(fields, max_queue_depth, now)
+            self._announce(([fields["id"]] if result.status == RunStatus.PENDING else []) + list(result.admitted))
+            return result
 
     def _admit_new(self, fields: dict[str, Any], max_queue_depth: int | None, now: datetime) -> Admitted:
         """:meth:`admit_run` inside the caller's transaction (a commit inserting children, a schedule)."""
