@@ -47,8 +47,8 @@ SIZES = {
 SIDES = ("base", "head")
 
 
-def _harness(tmp: Path, side: str, rev: str | None, private: PrivatePostgres) -> tuple[Harness, str]:
-    args = argparse.Namespace(rev=rev, pg="private", redis_url=harness.DEFAULT_REDIS, dbos_url=harness.DEFAULT_DBOS_DB)
+def _harness(tmp: Path, side: str, rev: str | None, private: PrivatePostgres, redis: str) -> tuple[Harness, str]:
+    args = argparse.Namespace(rev=rev, pg="private", redis_url=redis, dbos_url=harness.DEFAULT_DBOS_DB)
     args.database_url = f"{private.url}/bench_{side}"
     root = tmp / side
     root.mkdir()
@@ -138,14 +138,15 @@ def main() -> None:
     only, s = [w.strip() for w in args.only.split(",")], SIZES[args.size]
     tmp = Path(tempfile.mkdtemp(prefix="durable-bench-compare-"))
     private = PrivatePostgres(tmp)
+    redis_url, redis = harness.bench_redis(tmp)
     started = datetime.now(UTC)
     results: dict[str, Any] = {}
     try:
-        harness.reset_redis(harness.DEFAULT_REDIS)
-        base, base_code = _harness(tmp, "base", args.base, private)
-        head, head_code = _harness(tmp, "head", None, private)
+        harness.reset_redis(redis_url)
+        base, base_code = _harness(tmp, "base", args.base, private, redis_url)
+        head, head_code = _harness(tmp, "head", None, private, redis_url)
         hs = {"base": base, "head": head}
-        info = machine(head.args.database_url, harness.DEFAULT_REDIS, head_code, private=True)
+        info = machine(head.args.database_url, redis_url, head_code, private=True)
         info["base_code"] = base_code
         if "w1" in only:
             results["w1_signal"] = run_inproc(hs, "signal", s["w1"], 3, s["w1_reps"])
@@ -163,6 +164,8 @@ def main() -> None:
             if h is not None:
                 h.stop_all()
         private.stop()
+        if redis is not None:
+            redis.stop()
     info["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     paired = {k: v for k, v in results.items() if "head_vs_base_paired" in v}
     conditions = head.conditions.report()

@@ -23,7 +23,7 @@ from typing import Any
 
 import psycopg
 
-from bench.common import pg_url
+from bench.common import PrivateRedis, pg_url
 from bench.conditions import Conditions
 
 BENCH = Path(__file__).resolve().parent
@@ -298,6 +298,19 @@ def reset_redis(url: str) -> None:
     if db == 0:
         raise SystemExit("refusing to flush Redis database 0: give the benchmark a database of its own")
     client.flushdb()
+
+
+def bench_redis(tmp: Path, url: str | None = None) -> tuple[str, PrivateRedis | None]:
+    """The Redis URL to use (``url``, else ``BENCH_REDIS_URL``, else database 11), and the server if private.
+
+    ``private`` starts a ``redis-server`` of this run's own on a free port (the
+    caller stops it): two benchmarks at once then never flush each other's keys.
+    """
+    url = url or os.environ.get("BENCH_REDIS_URL", DEFAULT_REDIS)
+    if url != "private":
+        return url, None
+    server = PrivateRedis(tmp)
+    return server.url.rsplit("/", 1)[0] + "/1", server  # reset_redis refuses database 0
 
 
 def code_under_test(args: argparse.Namespace, tmp: Path) -> tuple[str, str]:

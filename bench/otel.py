@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--size", choices=sorted(SIZES), default="standard")
     parser.add_argument("--out", default=str(harness.BENCH / "results"))
     args = parser.parse_args()
-    args.rev, args.pg, args.redis_url = None, "private", harness.DEFAULT_REDIS
+    args.rev, args.pg = None, "private"
     args.database_url, args.dbos_url = harness.DEFAULT_DB, harness.DEFAULT_DBOS_DB
     os.environ["BENCH_OTEL"] = "1"
     tmp = Path(tempfile.mkdtemp(prefix="durable-bench-otel-"))
@@ -110,6 +110,7 @@ def main() -> None:
     (tmp / "logs").mkdir()
     private = PrivatePostgres(tmp)
     args.database_url, args.dbos_url = f"{private.url}/bench", f"{private.url}/bench_dbos"
+    args.redis_url, redis = harness.bench_redis(tmp)
     h = Harness(args, tmp / "logs", pythonpath)
     started = datetime.now(UTC)
     results: dict[str, Any] = {}
@@ -125,6 +126,8 @@ def main() -> None:
     finally:
         h.stop_all()
         private.stop()
+        if redis is not None:
+            redis.stop()
     info["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     conditions = h.conditions.report()
     print(f"\nmachine: {info['cpu']}, {info['cores']} cores; {info['durable_code']}; commit {info['commit_latency']}")

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import workloads, workloads_workers
-from bench.common import PrivatePostgres, PrivateRedis, db_name
+from bench.common import PrivatePostgres, db_name
 from bench.conditions import machine, print_machine, warn_if_noisy, write_result
 from bench.harness import (
     BENCH,
@@ -44,6 +44,7 @@ from bench.harness import (
     DEFAULT_REDIS,
     PY,
     Harness,
+    bench_redis,
     code_under_test,
     reset_database,
     reset_redis,
@@ -143,9 +144,7 @@ def main() -> None:
     if private is not None:
         args.database_url = f"{private.url}/{db_name(args.database_url)}"
         args.dbos_url = f"{private.url}/{db_name(args.dbos_url)}"
-    redis = PrivateRedis(tmp) if args.redis_url == "private" else None
-    if redis is not None:
-        args.redis_url = redis.url.rsplit("/", 1)[0] + "/1"
+    args.redis_url, redis = bench_redis(tmp, args.redis_url)
     harness = Harness(args, logdir, pythonpath)
     started, t0 = datetime.now(UTC), time.monotonic()
     try:
