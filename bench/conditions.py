@@ -183,8 +183,8 @@ def warn_if_noisy(report: dict[str, Any]) -> None:
     load = report["loadavg_1m"]
     bar = "!" * 78
     print(
-        f"\n{bar}\nWARNING: NOISY RUN. The 1-minute load average reached {load['max']} "
-        f"(median {load['median']}) on {report['cores']} cores: other work competed for the CPU.\n"
+        f"\n{bar}\nWARNING: NOISY RUN. The 1-minute load average reached {load['max']:.2f} "
+        f"(median {load['median']:.2f}) on {report['cores']} cores: other work competed for the CPU.\n"
         "The ratios below are NOT conclusive; measure again on a quiet machine.\n"
         f"{bar}"
     )

@@ -192,8 +192,8 @@ def report(info: dict[str, Any], table: list[dict[str, Any]], results: dict[str,
     load, commit = cond["loadavg_1m"], cond["commit_p50_ms"]
     if cond["samples"]:
         print(
-            f"over {cond['samples']} repetitions: load {load['median']} (max {load['max']}) on {cond['cores']} cores; "
-            f"single-insert commit p50 {commit['median']} ms ({commit['min']}-{commit['max']})"
+            f"over {cond['samples']} repetitions: load {load['median']:.2f} (max {load['max']:.2f}) on {cond['cores']} "
+            f"cores; single-insert commit p50 {commit['median']:.2f} ms ({commit['min']:.2f}-{commit['max']:.2f})"
         )
     warn_if_noisy(cond)
     print()
