@@ -88,6 +88,17 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           ``{"payments": {"concurrency": 5, "rate": "20/s",
                           "key_concurrency": 1}}``. A queue named here admits
                           its steps through the database (docs: Flow control).
+``HISTORY_CACHE_SIZE``    2000. Suspended runs whose history each process keeps
+                          after its turn suspended them, so their next turn
+                          here reads only the checkpoints that changed instead
+                          of the whole history (the least recently used go
+                          first); 0 turns the cache off. Used only by the
+                          process that holds the run's next lease; any doubt
+                          (another process ran a turn, a lost lease, a cancel,
+                          a requeue) reads the whole history.
+``HISTORY_CACHE_IDLE``    5m. An entry not used for this long is dropped.
+``HISTORY_CACHE_CHECKPOINTS`` 200000. Checkpoints the cache holds in all (its
+                          memory bound); a history larger than this is not kept.
 ``CALLBACK_SECRET``       None. The key that signs ``ctx.wait_for_callback``
                           tokens; None derives one from ``SECRET_KEY`` (changing
                           either invalidates the tokens handed out).
@@ -148,6 +159,9 @@ DEFAULTS: dict[str, Any] = {
     "QUEUES": {},
     "CALLBACK_SECRET": None,
     "CALLBACK_URL": "/api/durable/callbacks/{token}/",
+    "HISTORY_CACHE_SIZE": 2000,
+    "HISTORY_CACHE_IDLE": 300.0,
+    "HISTORY_CACHE_CHECKPOINTS": 200_000,
 }
 
 _DURATIONS = (
@@ -162,6 +176,7 @@ _DURATIONS = (
     "HEALTH_MAX_TIMER_LATENESS",
     "HEALTH_STALE_AFTER",
     "RETENTION_INTERVAL",
+    "HISTORY_CACHE_IDLE",
 )
 _INTS = (
     "MAX_RECOVERY_ATTEMPTS",
@@ -170,6 +185,7 @@ _INTS = (
     "MAX_PAYLOAD_BYTES",
     "SWEEP_BATCH",
     "RETENTION_BATCH",
+    "HISTORY_CACHE_CHECKPOINTS",
 )
 # Options that may be None (off).
 _OPTIONAL = ("STEP_LEASE", "STEP_REDISPATCH_MAX")
@@ -211,6 +227,9 @@ class DurableSettings:
     callback_secret: bytes = b""
     callback_url: str = "/api/durable/callbacks/{token}/"
     notify: bool = True
+    history_cache_size: int = 2000
+    history_cache_idle: float = 300.0
+    history_cache_checkpoints: int = 200_000
 
 
 def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
@@ -252,6 +271,9 @@ def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
     _retention(values, found)
     values["QUEUES"] = _queues(values["QUEUES"], found)
     _callbacks(values, found)
+    size = values["HISTORY_CACHE_SIZE"]
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        found.append(f"settings.DURABLE['HISTORY_CACHE_SIZE'] must be an integer >= 0 (0: off), got {size!r}")
     return values, found
 
 
@@ -350,6 +372,9 @@ def parse(raw: Any) -> DurableSettings:
         callback_secret=values["CALLBACK_SECRET"],
         callback_url=values["CALLBACK_URL"],
         notify=bool(values["NOTIFY"]),
+        history_cache_size=values["HISTORY_CACHE_SIZE"],
+        history_cache_idle=values["HISTORY_CACHE_IDLE"],
+        history_cache_checkpoints=values["HISTORY_CACHE_CHECKPOINTS"],
     )
 
 

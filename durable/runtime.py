@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from durable.engine.clock import Clock, SystemClock
 from durable.engine.core import Engine, Fleet, make_owner_id
 from durable.engine.faults import NO_FAULTS, StepFaults
+from durable.engine.history_cache import HistoryCache
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
 from durable.engine.observe import Observer
@@ -249,6 +250,10 @@ def _build_engine(current: conf.DurableSettings) -> Engine:
         listeners=listeners,
         observer=_observer(current),
         faults=_faults,
+        # Each engine its own cache: a new engine (settings, fork) starts empty, which is only a miss.
+        histories=HistoryCache(
+            current.history_cache_size, current.history_cache_idle, current.history_cache_checkpoints
+        ),
     )
     if old is not None:
         old.transport.shutdown()

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from durable.engine import execution, logs, turn
 from durable.engine.clock import Clock
 from durable.engine.faults import NO_FAULTS, StepFaults
+from durable.engine.history_cache import HistoryCache
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
 from durable.engine.observe import Observer
@@ -80,7 +81,9 @@ class Engine:
     are the step routes this process consumes (None: the default queue): a
     turn run here claims one dispatched step on these routes in its own commit
     and runs it at once (``EAGER_STEPS``); ``listeners`` are told about
-    committed turns and lifecycle deliveries.
+    committed turns and lifecycle deliveries; ``histories`` keeps the histories
+    of runs this engine's turns suspended, so their next turn here reads only
+    what changed (:mod:`durable.engine.history_cache`; default: off).
     """
 
     def __init__(
@@ -100,6 +103,7 @@ class Engine:
         faults: StepFaults | None = None,
         capabilities: frozenset[str] = frozenset(),
         namespaces: frozenset[str] | None = None,
+        histories: HistoryCache | None = None,
     ) -> None:
         self.store = store
         self.transport = transport
@@ -117,6 +121,7 @@ class Engine:
         self.capabilities = capabilities
         # The namespaces whose runs this process's worker takes (durable_worker --namespace); None: all.
         self.namespaces = namespaces
+        self.histories = histories if histories is not None else HistoryCache()
         self.stats = EngineStats()
 
     def run_turn(
@@ -131,7 +136,7 @@ class Engine:
 
     def run_turns(
         self,
-        claimed: list[tuple[RunRecord, dict[int, CheckpointRecord]]],
+        claimed: list[tuple[RunRecord, dict[int, CheckpointRecord] | None]],
         should_stop: Callable[[], bool] = lambda: False,
     ) -> list[TurnResult | None]:
         return turn.run_turns(self, claimed, should_stop)

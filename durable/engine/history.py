@@ -7,11 +7,18 @@ is non-determinism, remembered here so that a user ``except Exception`` cannot
 hide it. The records this turn writes are built here too (one constructor per
 shape), so every operation writes its checkpoints the same way.
 
+Records as loaded (``loaded``) are never handed to user code: they may be
+shared with this process's history cache (:mod:`durable.engine.history_cache`)
+and outlive the turn, so :meth:`History.take` gives the workflow a copy of a
+loaded record's JSON values (a result the code mutates in place cannot change
+what a later replay sees).
+
 Not thread-safe: a History belongs to the one turn that replays it.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from durable.engine.clock import Clock
@@ -40,6 +47,25 @@ def cancelled_error(message: str = "cancelled", **extra: Any) -> dict[str, Any]:
     }
 
 
+def _fresh(value: Any) -> Any:
+    """A copy of a JSON value's containers (scalars are immutable and shared)."""
+    if isinstance(value, dict):
+        return {key: _fresh(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_fresh(item) for item in value]
+    return value
+
+
+def thawed(cp: CheckpointRecord) -> CheckpointRecord:
+    """``cp`` as user code may receive it: its own copies of the JSON values it holds (``cp`` itself if none)."""
+    values = (cp.input, cp.output, cp.error)
+    if not any(isinstance(value, dict | list) for value in values):
+        return cp
+    copy = replace(cp)
+    copy.input, copy.output, copy.error = _fresh(cp.input), _fresh(cp.output), _fresh(cp.error)
+    return copy
+
+
 class History:
     """The checkpoints replay reads, the position the workflow is at, and the records it writes.
 
@@ -55,16 +81,23 @@ class History:
         "clock",
         "compensating",
         "had_waiters",
+        "loaded",
         "max_recorded",
         "nondeterminism",
         "records",
         "run_id",
         "seq",
+        "touched",
     )
 
     def __init__(self, run_id: str, records: dict[int, CheckpointRecord], clock: Clock, *, cancelling: bool) -> None:
         self.run_id = run_id
-        self.records = records
+        # ``loaded`` keeps the records as read (never mutated, never given to user code);
+        # ``records`` follows the turn: copies handed out, and every write it remembered.
+        self.loaded = records
+        self.records = dict(records)
+        # Positions this turn wrote (or the store wrote for it): their rows may differ from the record.
+        self.touched: set[int] = set()
         self.clock = clock
         self.seq = 0
         self.max_recorded = max(records, default=0)
@@ -85,6 +118,8 @@ class History:
         self.seq += 1
         seq = self.seq
         cp = self.records.get(seq)
+        if cp is not None and cp is self.loaded.get(seq):
+            cp = self.records[seq] = thawed(cp)
         if cp is not None and (cp.name != name or cp.kind != kind):
             self.nondeterminism = NonDeterminismError(
                 f"run {self.run_id!r} position {seq}: the code asked for {kind} {name!r} "
@@ -110,6 +145,7 @@ class History:
     def remember(self, record: CheckpointRecord) -> None:
         """Note a checkpoint written for this turn (deferred, or written by the store itself)."""
         self.records[record.seq] = record
+        self.touched.add(record.seq)
 
     def in_flight_up_to(self, seq: int) -> list[CheckpointRecord]:
         """Checkpoints at or before ``seq`` that have no outcome yet."""

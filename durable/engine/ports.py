@@ -29,6 +29,7 @@ from durable.engine.records import (
     CheckpointWrite,
     ClaimCheck,
     CommitResult,
+    HistoryDelta,
     LeasesExpired,
     Outcome,
     QueueRecord,
@@ -48,6 +49,7 @@ __all__ = [
     "CheckpointWrite",
     "ClaimCheck",
     "CommitResult",
+    "HistoryDelta",
     "LeasesExpired",
     "Outcome",
     "QueueRecord",
@@ -79,6 +81,8 @@ class Store(Protocol):
     def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None: ...
     def load_checkpoints(self, run_id: str) -> dict[int, CheckpointRecord]: ...
     def load_histories(self, run_ids: list[str]) -> dict[str, dict[int, CheckpointRecord]]: ...
+    # The checkpoints at ``seqs`` or past position ``after``, and the run's count of checkpoints.
+    def load_delta(self, run_id: str, seqs: list[int], after: int) -> HistoryDelta: ...
     def commit(
         self,
         run_id: str,

@@ -80,6 +80,20 @@ class CheckpointRecord:
     admission: str | None = None
 
 
+@dataclass(frozen=True)
+class HistoryDelta:
+    """What :meth:`Store.load_delta` read: the checkpoints asked for, and how many the run has in all.
+
+    ``records``: the run's checkpoints at the positions asked for or past the
+    position given, by position; ``total``: the number of checkpoints the run
+    has (those read and all the others), so a reader can tell that a
+    checkpoint it did not ask for was deleted or added.
+    """
+
+    records: dict[int, CheckpointRecord]
+    total: int
+
+
 @dataclass
 class CheckpointWrite:
     """Insert a checkpoint (``create``) or update one whose status is in ``expect``.

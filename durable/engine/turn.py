@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
-from durable.engine import lifecycle, logs, observe
+from durable.engine import history_cache, lifecycle, logs, observe
 from durable.engine.history import History
 from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.outcome import execute
@@ -93,12 +93,13 @@ def run_turn(
 
 def run_turns(
     engine: Engine,
-    claimed: list[tuple[RunRecord, dict[int, CheckpointRecord]]],
+    claimed: list[tuple[RunRecord, dict[int, CheckpointRecord] | None]],
     should_stop: Callable[[], bool] = lambda: False,
 ) -> list[TurnResult | None]:
     """Run the turns of runs whose leases this process holds, and commit them together.
 
-    ``claimed`` pairs each run with its history. Each turn runs as
+    ``claimed`` pairs each run with its history (None: the turn reads it,
+    from the history cache when that serves it). Each turn runs as
     :func:`run_turn` would, up to its final commit; the final commits then
     go to the database at once (``Store.commit_many``: one statement per
     shape on PostgreSQL), each still conditional on its own lease, so a
@@ -174,8 +175,7 @@ def prepare_turn(
     try:
         # A run's first turn has no history to read.
         first = fresh if acquired is not None else run.turns == 1
-        if history is None or acquired is None:
-            history = {} if first else store.load_checkpoints(run.id)
+        history = _history(engine, run, first, history if acquired is not None else None, now)
         turn = Turn(engine, run, History(run.id, history, engine.clock, cancelling=run.cancel_requested))
         if first and not history:
             turn.lease_taken()
@@ -197,6 +197,23 @@ def prepare_turn(
     finally:
         if hold is not None:
             hold.release()
+
+
+def _history(
+    engine: Engine, run: RunRecord, first: bool, given: dict[int, CheckpointRecord] | None, now: datetime
+) -> dict[int, CheckpointRecord]:
+    """The run's checkpoints for this turn: none on its first turn, ``given``, else from the cache or the store.
+
+    The cache's entry for the run is taken out whatever happens: only this
+    turn's final commit puts one back.
+    """
+    entry = engine.histories.take(run.id, now)
+    if first:
+        return {}
+    if given is not None:
+        return given
+    restored = history_cache.restore(entry, engine.store, run, engine.owner)
+    return restored if restored is not None else engine.store.load_checkpoints(run.id)
 
 
 def _begin(engine: Engine, run: RunRecord, now: datetime) -> Span:
@@ -241,6 +258,8 @@ def finish_turn(engine: Engine, ready: ReadyTurn, result: CommitResult) -> TurnR
     run, outcome = ready.run, ready.outcome
     if not result.written:
         return _lost(engine, run.id)
+    if outcome.status == RunStatus.SUSPENDED:
+        engine.histories.keep(run, engine.owner, ready.turn.history, ready.done)
     ready.turn.run_after_commit()
     _dispatch_after(engine, ready, result)
     run.status = outcome.status

@@ -46,8 +46,6 @@ RUN_COLUMNS: list[Field[Any, Any]] = list(Run._meta.concrete_fields)
 RUN_FIELD = {f.name: f for f in RUN_COLUMNS}
 CP_FIELD: dict[str, Field[Any, Any]] = {f.name: f for f in Checkpoint._meta.concrete_fields}
 CP_INSERT: list[Field[Any, Any]] = [f for f in Checkpoint._meta.concrete_fields if not f.primary_key]
-# A history's columns, after its seq.
-CP_LOAD: list[Field[Any, Any]] = [CP_FIELD[name] for name in CheckpointRecord.__dataclass_fields__ if name != "seq"]
 _CP_RECORD = set(CheckpointRecord.__dataclass_fields__)
 
 
@@ -175,15 +173,37 @@ PG_CLAIM_STEP = (
 )
 # Params: timeout_at, checkpoint id.
 PG_SET_STEP_TIMEOUT = f"UPDATE {CP_TABLE} SET {q('timeout_at')} = %s WHERE {q('id')} = %s"
+# The JSON values of a history row, in the order they are packed.
+RAW_JSON = ("input", "output", "error")
+
+
+def _raw_history_columns(alias: str = "") -> str:
+    """A history row for :func:`durable.store.postgres.rows.to_checkpoint`: CheckpointRecord's fields in order,
+    its three JSON values as one JSON array (one decode per row)."""
+    at = f"{alias}." if alias else ""
+    names = list(CheckpointRecord.__dataclass_fields__)
+    first = names.index("input")
+    if names[first : first + 3] != list(RAW_JSON):
+        raise RuntimeError("CheckpointRecord's input, output and error must follow each other")
+    parts = [f"{at}{col(CP_FIELD[name])}" for name in names]
+    packed = f"json_build_array({', '.join(parts[first : first + 3])})::text"
+    return ", ".join([*parts[:first], packed, *parts[first + 3 :]])
+
+
 # Params: run_id.
-PG_LOAD_CHECKPOINTS = (
-    f"SELECT {q('seq')}, {', '.join(col(f) for f in CP_LOAD)} FROM {CP_TABLE} "
-    f"WHERE {q('run_id')} = %s ORDER BY {q('seq')}"
-)
+PG_LOAD_CHECKPOINTS = f"SELECT {_raw_history_columns()} FROM {CP_TABLE} WHERE {q('run_id')} = %s ORDER BY {q('seq')}"
 # Params: run ids.
 PG_LOAD_HISTORIES = (
-    f"SELECT {q('run_id')}, {q('seq')}, {', '.join(col(f) for f in CP_LOAD)} FROM {CP_TABLE} "
+    f"SELECT {q('run_id')}, {_raw_history_columns()} FROM {CP_TABLE} "
     f"WHERE {q('run_id')} = ANY(%s) ORDER BY {q('run_id')}, {q('seq')}"
+)
+# The run's count of checkpoints, then its checkpoints at the positions given or past one: always
+# one row at least (the count; its checkpoint columns null when none matched). Params: run_id,
+# run_id, seqs, after.
+PG_LOAD_DELTA = (
+    f"SELECT t.total, {_raw_history_columns('c')} FROM (SELECT count(*) AS total FROM {CP_TABLE} "
+    f"WHERE {q('run_id')} = %s) t LEFT JOIN {CP_TABLE} c ON c.{q('run_id')} = %s "
+    f"AND (c.{q('seq')} = ANY(%s::integer[]) OR c.{q('seq')} > %s) ORDER BY c.{q('seq')}"
 )
 # Params: now, tokens.
 PG_WAKE_WAITERS = (

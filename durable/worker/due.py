@@ -26,7 +26,7 @@ logger = logging.getLogger("durable.sweeps")
 StopCheck = Callable[[], bool]
 # Runs a page of jobs (each the turn of one claimed run) and returns their results in order.
 Runner = Callable[[Sequence[Callable[[], Any]]], list[Any]]
-Claimed = list[tuple[RunRecord, dict[int, CheckpointRecord]]]
+Claimed = list[tuple[RunRecord, dict[int, CheckpointRecord] | None]]
 
 
 def never() -> bool:
@@ -112,10 +112,13 @@ def wake_due_runs(
 
 def _run_page(engine: Engine, runs: list[RunRecord], should_stop: StopCheck, runner: Runner | None) -> int:
     """Run the turns of a claimed page, in slices whose final commits go together; how many ran."""
-    # The page's histories in one query (a run on its first turn has none to read).
-    again = [run.id for run in runs if run.turns > 1]
+    # The page's histories in one query: not for a run on its first turn (it has none), nor for
+    # one whose turn starts from this process's history cache (it reads only what changed).
+    now = engine.clock.now()
+    cached = {run.id for run in runs if engine.histories.serves(run, engine.owner, now)}
+    again = [run.id for run in runs if run.turns > 1 and run.id not in cached]
     histories = engine.store.load_histories(again) if again else {}
-    claimed = [(run, histories.get(run.id, {})) for run in runs]
+    claimed = [(run, None if run.id in cached else histories.get(run.id, {})) for run in runs]
     # One job per thread, each a slice of the page whose final commits go together.
     threads = engine.settings.worker_threads if runner else 1
     if engine.stats.turn_seconds < sys.getswitchinterval():

@@ -35,6 +35,22 @@ def test_load_histories_reads_several_runs_at_once(store: Any) -> None:
     assert store.load_histories([]) == {}
 
 
+def test_load_delta_reads_the_positions_asked_and_those_past_one_with_the_runs_count(store: Any) -> None:
+    running(store, "a")
+    running(store, "empty")
+    cps = [record(i, CheckpointKind.LOCAL, output={"v": i}, started_at=at(i)) for i in range(1, 6)]
+    store.commit("a", OWNER, T0, at(30), creates(*cps))
+    got = store.load_delta("a", [2, 3, 9], 4)
+    assert (list(got.records), got.total) == ([2, 3, 5], 5)
+    full = store.load_checkpoints("a")
+    assert got.records == {seq: full[seq] for seq in (2, 3, 5)}
+    assert got.records[5].output == {"v": 5} and got.records[5].started_at == at(5)
+    nothing = store.load_delta("a", [], 5)
+    assert (nothing.records, nothing.total) == ({}, 5)
+    none = store.load_delta("empty", [1], 0)
+    assert (none.records, none.total) == ({}, 0)
+
+
 def _listed(store: Any, **filters: Any) -> list[str]:
     query: dict[str, Any] = {
         "statuses": [],

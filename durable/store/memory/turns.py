@@ -10,7 +10,7 @@ from typing import Any
 
 from durable.engine import logs
 from durable.engine.plan import CommitPlan, RunChange, plan_commit, waiter_events, waiter_runs, waiter_signals
-from durable.engine.ports import REFUSED, CheckpointRecord, CommitResult, Outcome, TurnWrites, Waiter
+from durable.engine.ports import REFUSED, CheckpointRecord, CommitResult, HistoryDelta, Outcome, TurnWrites, Waiter
 from durable.engine.vocab import RUN_TOKEN, SETTLED, TERMINAL
 from durable.store.memory.base import MemoryBase, locked, matches
 from durable.store.memory.tables import (
@@ -41,6 +41,14 @@ class TurnsPart(MemoryBase):
         """The checkpoints of several runs, by run id (a run without any is absent)."""
         found = {run_id: self.load_checkpoints(run_id) for run_id in dict.fromkeys(run_ids)}
         return {run_id: history for run_id, history in found.items() if history}
+
+    @locked
+    def load_delta(self, run_id: str, seqs: list[int], after: int) -> HistoryDelta:
+        """The run's checkpoints at ``seqs`` or past ``after``, and its count of checkpoints."""
+        history = self.tables.checkpoints.get(run_id, {})
+        wanted = set(seqs)
+        found = {seq: checkpoint_record(history[seq]) for seq in sorted(history) if seq in wanted or seq > after}
+        return HistoryDelta(found, len(history))
 
     def commit(
         self,

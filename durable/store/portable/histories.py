@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable.engine.ports import CheckpointRecord
+from django.db.models import Q
+
+from durable.engine.ports import CheckpointRecord, HistoryDelta
 from durable.models import BufferedSignal, Checkpoint
 from durable.store.portable.shared import CP_FIELDS, StoreBase, cp_record
 
@@ -21,6 +23,16 @@ class HistoryRows(StoreBase):
         for row in rows:
             histories.setdefault(row["run_id"], {})[row["seq"]] = cp_record(row)
         return histories
+
+    def load_delta(self, run_id: str, seqs: list[int], after: int) -> HistoryDelta:
+        """The run's checkpoints at ``seqs`` or past ``after``, and its count of checkpoints (two queries).
+
+        Read by the run's lease holder, so nothing inserts or deletes the
+        run's checkpoints between the two.
+        """
+        history = Checkpoint.objects.filter(run_id=run_id)
+        rows = history.filter(Q(seq__in=seqs) | Q(seq__gt=after)).order_by("seq").values(*CP_FIELDS)
+        return HistoryDelta({row["seq"]: cp_record(row) for row in rows}, history.count())
 
     def next_signal(self, run_id: str, name: str, skip: list[int]) -> tuple[int, Any] | None:
         row = (

@@ -65,3 +65,29 @@ class Cursors:
         with self.cursor() as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall() if cursor.description else []
+
+    def history(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        """Run a history read; its rows, timestamps parsed by psycopg's own loader.
+
+        Django loads every ``timestamptz`` through a Python subclass of
+        psycopg's loader (to set the connection's time zone); with time zone
+        support on, the session's time zone is that zone already, so the
+        driver's own loader (in C with psycopg's binary build) gives the same
+        instants. Without it (``USE_TZ = False``) Django's loader stays.
+        """
+        with self.cursor() as cursor:
+            if connection.timezone is not None:
+                raw = cursor.cursor
+                raw.adapters.register_loader("timestamptz", _driver_timestamptz(raw))
+            cursor.execute(sql, params)
+            rows: list[tuple[Any, ...]] = cursor.fetchall()
+            return rows
+
+
+def _driver_timestamptz(raw: Any) -> Any:
+    """psycopg's own text loader of ``timestamptz`` (the one Django's subclasses)."""
+    import psycopg
+    from psycopg.pq import Format
+
+    oid = raw.adapters.types["timestamptz"].oid
+    return psycopg.adapters.get_loader(oid, Format.TEXT)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -9,7 +10,7 @@ from django.db import connection
 from django.db.models import Field
 
 from durable.engine.ports import CheckpointRecord, RunRecord
-from durable.store.statements import CP_LOAD, RUN_COLUMNS
+from durable.store.statements import RUN_COLUMNS
 
 _RECORD_FIELDS = list(RunRecord.__dataclass_fields__)
 
@@ -30,6 +31,12 @@ def to_run(values: Sequence[Any]) -> RunRecord:
     return RunRecord(**{name: data[name] for name in _RECORD_FIELDS})
 
 
-def to_checkpoint(seq: int, values: Sequence[Any]) -> CheckpointRecord:
-    """A CheckpointRecord from its seq and a row of ``CP_LOAD`` columns."""
-    return CheckpointRecord(seq=seq, **from_db(CP_LOAD, values))
+def to_checkpoint(row: Sequence[Any]) -> CheckpointRecord:
+    """A CheckpointRecord from a history row (:data:`durable.store.statements.PG_LOAD_CHECKPOINTS`).
+
+    The one place a history row becomes a record: its JSON values arrive as
+    one array (``input``, ``output``, ``error``), decoded once; its
+    timestamps were parsed by the driver (:meth:`Cursors.history`).
+    """
+    seq, name, kind, status, packed, *rest = row
+    return CheckpointRecord(seq, name, kind, status, *json.loads(packed), *rest)

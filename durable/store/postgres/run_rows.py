@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from durable.engine.ports import CheckpointRecord, RunRecord
+from durable.engine.ports import CheckpointRecord, HistoryDelta, RunRecord
 from durable.engine.vocab import RunStatus
 from durable.store.portable.due_work import DueWork
 from durable.store.portable.histories import HistoryRows
@@ -21,6 +21,7 @@ from durable.store.statements import (
     PG_CLAIM_PENDING_PAGE_SCOPED,
     PG_LEASE_HELD,
     PG_LOAD_CHECKPOINTS,
+    PG_LOAD_DELTA,
     PG_LOAD_HISTORIES,
     claim_page_params,
 )
@@ -34,14 +35,21 @@ class PostgresRuns(PostgresBase, RunRows, RunReads, HistoryRows, DueWork):
     def lease_held(self, run_id: str, owner: str) -> bool:
         return bool(self._execute(PG_LEASE_HELD, [run_id, RunStatus.RUNNING, owner]))
 
+    # Histories are read raw: one JSON decode per row, timestamps parsed by the driver (to_checkpoint).
     def load_checkpoints(self, run_id: str) -> dict[int, CheckpointRecord]:
-        return {seq: to_checkpoint(seq, values) for seq, *values in self._execute(PG_LOAD_CHECKPOINTS, [run_id])}
+        return {row[0]: to_checkpoint(row) for row in self._cursors.history(PG_LOAD_CHECKPOINTS, [run_id])}
 
     def load_histories(self, run_ids: list[str]) -> dict[str, dict[int, CheckpointRecord]]:
         histories: dict[str, dict[int, CheckpointRecord]] = {}
-        for run_id, seq, *values in self._execute(PG_LOAD_HISTORIES, [run_ids]):
-            histories.setdefault(run_id, {})[seq] = to_checkpoint(seq, values)
+        for run_id, *row in self._cursors.history(PG_LOAD_HISTORIES, [run_ids]):
+            histories.setdefault(run_id, {})[row[0]] = to_checkpoint(row)
         return histories
+
+    def load_delta(self, run_id: str, seqs: list[int], after: int) -> HistoryDelta:
+        """The checkpoints at ``seqs`` or past ``after`` and the run's count of them, in one statement."""
+        rows = self._cursors.history(PG_LOAD_DELTA, [run_id, run_id, seqs, after])
+        found = {row[1]: to_checkpoint(row[1:]) for row in rows if row[1] is not None}
+        return HistoryDelta(found, rows[0][0])
 
     def _claim_page(
         self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool, scope: list[str] | None
