@@ -10,15 +10,14 @@ shape), so every operation writes its checkpoints the same way.
 Records as loaded (``loaded``) are never handed to user code: they may be
 shared with this process's history cache (:mod:`durable.engine.history_cache`)
 and outlive the turn, so :meth:`History.take` gives the workflow a copy of a
-loaded record's JSON values (a result the code mutates in place cannot change
-what a later replay sees).
+loaded record's output and error (a result the code mutates in place cannot
+change what a later replay sees).
 
 Not thread-safe: a History belongs to the one turn that replays it.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from durable.engine.clock import Clock
@@ -47,22 +46,32 @@ def cancelled_error(message: str = "cancelled", **extra: Any) -> dict[str, Any]:
     }
 
 
-def _fresh(value: Any) -> Any:
+def copied(value: Any) -> Any:
     """A copy of a JSON value's containers (scalars are immutable and shared)."""
-    if isinstance(value, dict):
-        return {key: _fresh(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_fresh(item) for item in value]
+    # Exact types: JSON decodes to plain dicts and lists, and a replay walks every recorded value.
+    if type(value) is dict:
+        return {k: v if type(v) is not dict and type(v) is not list else copied(v) for k, v in value.items()}
+    if type(value) is list:
+        return [v if type(v) is not dict and type(v) is not list else copied(v) for v in value]
     return value
 
 
+def _mutable(value: Any) -> bool:
+    return type(value) is dict or type(value) is list
+
+
 def thawed(cp: CheckpointRecord) -> CheckpointRecord:
-    """``cp`` as user code may receive it: its own copies of the JSON values it holds (``cp`` itself if none)."""
-    values = (cp.input, cp.output, cp.error)
-    if not any(isinstance(value, dict | list) for value in values):
+    """``cp`` as user code may receive it: its own copies of its output and error (``cp`` itself if scalars).
+
+    Its ``input`` stays shared: the one place it reaches user code, a
+    compensation, copies it (:meth:`OpsBase._remember_undo`).
+    """
+    if not (_mutable(cp.output) or _mutable(cp.error)):
         return cp
-    copy = replace(cp)
-    copy.input, copy.output, copy.error = _fresh(cp.input), _fresh(cp.output), _fresh(cp.error)
+    # A shallow copy without dataclasses.replace's per-field __init__ (a replay thaws every record).
+    copy = object.__new__(CheckpointRecord)
+    copy.__dict__.update(cp.__dict__)
+    copy.output, copy.error = copied(cp.output), copied(cp.error)
     return copy
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from durable.engine.history import History
+from durable.engine.history import History, copied
 from durable.engine.ops.port import TurnPort
 from durable.exceptions import Suspend
 
@@ -62,6 +62,9 @@ class OpsBase:
         return Suspend()
 
     def _remember_undo(self, seq: int, name: str, undo: Any, call_input: Any, output: Any) -> None:
-        """A completed step with an undo: register it for the saga (rebuilt the same way on replay)."""
+        """A completed step with an undo: register it for the saga (rebuilt the same way on replay).
+
+        The input is copied: on replay it is the recorded one, which the history keeps unshared.
+        """
         if undo is not None:
-            self._compensations.append(Compensation(seq, name, undo, call_input, output))
+            self._compensations.append(Compensation(seq, name, undo, copied(call_input), output))
