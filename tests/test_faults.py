@@ -780,20 +780,22 @@ def _land_result_during_reconcile_turn(monkeypatch, run_id: str, clock: Any) -> 
     """
     engine = get_engine()
     clock.advance(engine.settings.reconcile_after + 1)  # the reconcile fallback falls due
-    original_load = store.load_checkpoints
+    original_load, original_delta = store.load_checkpoints, store.load_delta
     delivered: list[str] = []
 
-    def load_then_deliver(rid):
-        snapshot = original_load(rid)  # the turn's snapshot: step 1 still pending
+    def deliver(rid: str, snapshot: Any) -> Any:
         if rid == run_id and not delivered:
             delivered.append(in_other_thread(lambda: engine.execute_step(rid, 1)))
         return snapshot
 
-    monkeypatch.setattr(store, "load_checkpoints", load_then_deliver)
+    # The turn's snapshot (step 1 still pending), read whole or (history cache) as the changes since.
+    monkeypatch.setattr(store, "load_checkpoints", lambda rid: deliver(rid, original_load(rid)))
+    monkeypatch.setattr(store, "load_delta", lambda rid, *args: deliver(rid, original_delta(rid, *args)))
     try:
         assert engine.run_turn(run_id) == "suspended"  # replayed its stale snapshot
     finally:
         monkeypatch.setattr(store, "load_checkpoints", original_load)
+        monkeypatch.setattr(store, "load_delta", original_delta)
     assert len(delivered) == 1
     assert Checkpoint.objects.get(run_id=run_id, seq=1).status == "completed"
     return delivered[0]

@@ -131,7 +131,9 @@ def test_a_turn_given_back_after_a_fault_says_which_run(caplog, monkeypatch):
         def broken(*args, **kwargs):
             raise ConnectionError("the database went away")
 
+        # Both history reads: the whole history, and the changes since (the process's history cache).
         monkeypatch.setattr(get_engine().store, "load_checkpoints", broken)
+        monkeypatch.setattr(get_engine().store, "load_delta", broken)
         caplog.set_level(logging.WARNING, logger="durable")
         get_engine().run_turn(run_id)
     abandoned = [r for r in caplog.records if "abandoned" in r.getMessage()]

@@ -204,7 +204,9 @@ def test_dead_after_a_turn_keeps_failing_once(seen, monkeypatch):
     def broken(*args: Any, **kwargs: Any) -> Any:
         raise ConnectionError("the database went away")
 
+    # Both history reads: the whole history, and the changes since (the process's history cache).
     monkeypatch.setattr(store, "load_checkpoints", broken)
+    monkeypatch.setattr(store, "load_delta", broken)
     durable.signal(run_id, "go")
     get_engine().run_turn(run_id)
     monkeypatch.undo()
