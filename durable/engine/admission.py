@@ -15,15 +15,24 @@ after the admission committed. It is asked
 
 A queue not named in ``DURABLE["QUEUES"]`` is never looked at: its steps cost
 no statement here.
+
+Within one engine, the passes of a queue asked for by writes run one at a
+time (:class:`Admitters`): a write that frees a slot while another thread of
+this process admits that queue does not wait for the queue row's lock; it
+leaves a request the running pass serves with one more pass after its own.
+So a busy queue is admitted in batches, by one thread per process, and the
+other threads go on running steps.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from durable.engine.plan_queues import QueueAdmitted, plan_queue_admission
+from durable.engine.plan_queues import AdmissionRead, QueueAdmissionPlan, QueueAdmitted, plan_queue_admission
 
 if TYPE_CHECKING:
     from durable.engine.core import Engine
@@ -31,17 +40,69 @@ if TYPE_CHECKING:
 logger = logging.getLogger("durable")
 
 
+class Admitters:
+    """At most one write-triggered admission pass per queue at a time in this engine.
+
+    :meth:`run` either runs the pass itself or, when a pass of that queue is
+    already running in another thread, records a request and returns at once.
+    The running pass then runs again before it stops, so every request is
+    served by a pass that *starts after it* (hence after the requesting
+    write's commit, whose freed slot or waiting step that pass sees). Nothing
+    is lost if this process dies: the slot is free in the database and the
+    sweep admits.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._again: dict[str, bool] = {}  # queues with a pass running -> asked again meanwhile
+
+    def busy(self, queue: str) -> bool:
+        """Is a pass of ``queue`` running here now (a request would only be left to it)?"""
+        with self._lock:
+            return queue in self._again
+
+    def run(self, queue: str, admit_once: Callable[[], object], first: Callable[[], object] | None = None) -> None:
+        """Run ``first`` (default ``admit_once``), then ``admit_once`` while asked again; or leave a request."""
+        with self._lock:
+            if queue in self._again:
+                self._again[queue] = True
+                return
+            self._again[queue] = False
+        try:
+            (first or admit_once)()
+            while True:
+                with self._lock:
+                    if not self._again[queue]:
+                        return
+                    self._again[queue] = False
+                admit_once()
+        finally:
+            with self._lock:
+                self._again.pop(queue, None)
+
+
 def limited(engine: Engine, queue: str | None) -> bool:
     """Is ``queue`` a limited queue (its steps wait for admission)?"""
     return queue is not None and queue in engine.settings.queues
 
 
-def admit(engine: Engine, queue: str) -> QueueAdmitted:
-    """Admit what ``queue`` allows now and dispatch the grants (each at its granted start)."""
-    now = engine.clock.now()
+def _plan(engine: Engine, queue: str) -> QueueAdmissionPlan:
     settings = engine.settings
-    plan = plan_queue_admission(queue, now, settings.queues[queue], settings.step_execution_lease, settings.sweep_batch)
-    admitted = engine.store.admit_steps(plan)
+    return plan_queue_admission(
+        queue, engine.clock.now(), settings.queues[queue], settings.step_execution_lease, settings.sweep_batch
+    )
+
+
+def admit(engine: Engine, queue: str, read: AdmissionRead | None = None) -> QueueAdmitted:
+    """Admit what ``queue`` allows now and dispatch the grants (each at its granted start).
+
+    With ``read`` (filled by a step result's write), the grants are chosen
+    from what that write read (earlier than now: it can only have counted a
+    slot as held that is free now, or missed a step that became due since).
+    """
+    plan = _plan(engine, queue)
+    now = plan.now
+    admitted = engine.store.admit_steps(plan, read.seen if read is not None else None)
     for grant in admitted.grants:
         delay = max((grant.start - now).total_seconds(), 0.0)
         engine.transport.dispatch_step(grant.run_id, grant.seq, queue, delay=delay)
@@ -58,9 +119,42 @@ def admit_next(engine: Engine, queues: Iterable[str | None]) -> None:
         if queue is None or not limited(engine, queue):
             continue
         try:
-            admit(engine, queue)
+            engine.admitters.run(queue, functools.partial(admit, engine, queue))
         except Exception:
             logger.warning("could not admit the next steps of queue %r; the sweep will", queue, exc_info=True)
+
+
+def read_request(engine: Engine, queue: str | None) -> AdmissionRead | None:
+    """What a step's result write of ``queue`` should read for the next admission (None: nothing).
+
+    Nothing for a queue without limits, or while this process admits that
+    queue already (the request will be left to that pass, which reads anew).
+    """
+    if queue is None or not limited(engine, queue) or engine.admitters.busy(queue):
+        return None
+    return AdmissionRead(_plan(engine, queue))
+
+
+def after_result(engine: Engine, queue: str | None, read: AdmissionRead | None) -> None:
+    """A step's result freed its slot of ``queue``: admit the next steps, from ``read`` when its write filled it.
+
+    Grants chosen from what the result's statement read cost one statement;
+    the admission still reads under the lock when that read found nothing
+    to admit (a step written waiting meanwhile must not be missed: the write
+    that freed the slot read before its own commit), when it is stale, or
+    when the store did not fill it. Never raises (see :func:`admit_next`).
+    """
+    if queue is None or not limited(engine, queue):
+        return
+    if read is None or read.seen is None or not read.seen.candidates:
+        admit_next(engine, [queue])
+        return
+    try:
+        engine.admitters.run(
+            queue, functools.partial(admit, engine, queue), functools.partial(admit, engine, queue, read)
+        )
+    except Exception:
+        logger.warning("could not admit the next steps of queue %r; the sweep will", queue, exc_info=True)
 
 
 def admit_due(engine: Engine) -> int:

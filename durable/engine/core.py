@@ -3,7 +3,8 @@
 An :class:`Engine` is immutable after construction: everything it depends on
 (store, transport, settings, registry, clock, fleet, lease keeper, owner id,
 eager routes, listeners) is passed in, and nothing rebinds an attribute later.
-What it measures while it runs lives in its :class:`EngineStats`.
+What it measures while it runs lives in its :class:`EngineStats`; which
+queues it is admitting, in its :class:`~durable.engine.admission.Admitters`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
-from durable.engine import execution, logs, turn
+from durable.engine import admission, execution, logs, turn
 from durable.engine.clock import Clock
 from durable.engine.faults import NO_FAULTS, StepFaults
 from durable.engine.history_cache import HistoryCache
@@ -123,6 +124,8 @@ class Engine:
         self.namespaces = namespaces
         self.histories = histories if histories is not None else HistoryCache()
         self.stats = EngineStats()
+        # Write-triggered admission passes of limited queues, one per queue at a time here.
+        self.admitters = admission.Admitters()
 
     def run_turn(
         self,

@@ -131,17 +131,18 @@ def _settle(
     freed its slot with that write: the next waiting step is admitted first.
     """
     now = engine.clock.now()
+    read = admission.read_request(engine, queue)
     if inline:
         lease_until = now + timedelta(seconds=engine.settings.lease)
         run = engine.store.finish_step_and_acquire(
-            run_id, seq, now, engine.owner, lease_until, output=output, error=error, claim=claim
+            run_id, seq, now, engine.owner, lease_until, output=output, error=error, claim=claim, admission=read
         )
-        admission.admit_next(engine, [queue])
+        admission.after_result(engine, queue, read)
         if run is not None:
             turn.run_turn(engine, run_id, acquired=run)
         return
-    woken = engine.store.finish_step(run_id, seq, now, output=output, error=error, claim=claim)
-    admission.admit_next(engine, [queue])
+    woken = engine.store.finish_step(run_id, seq, now, output=output, error=error, claim=claim, admission=read)
+    admission.after_result(engine, queue, read)
     if woken:
         engine.transport.dispatch_turn(run_id)
 

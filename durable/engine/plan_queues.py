@@ -156,11 +156,48 @@ class QueueAdmitted:
 
 
 @dataclass(frozen=True)
+class QueueSeen:
+    """A queue as a store read it at a plan's ``now`` without its lock: enough to choose grants.
+
+    Read by the statement that wrote a step's result (:class:`AdmissionRead`),
+    so with that step's slot already free. ``version`` is the queue row's as
+    read: the grants chosen from this are written only while the row is still
+    at it (every grant rewrites the row), else the admission reads again under
+    the lock. ``wanted``: the room the store computed (the plan's own is
+    checked against it); ``candidates``: as :meth:`QueueAdmissionPlan.choose`
+    takes them, empty when nothing waits, the queue is full or paused.
+    """
+
+    version: str
+    paused: bool
+    overrides: Mapping[str, Any]
+    rate_next_at: datetime | None
+    held_by_key: Mapping[str | None, int]
+    wanted: int
+    candidates: tuple[Candidate, ...]
+
+
+class AdmissionRead:
+    """A step result's write asked to read its queue too, for ``plan`` (a store that can fills ``seen``).
+
+    A store that cannot, or a write that did not settle the step, leaves
+    ``seen`` None: the admission then reads under the queue row's lock as
+    usual.
+    """
+
+    def __init__(self, plan: QueueAdmissionPlan) -> None:
+        self.plan = plan
+        self.seen: QueueSeen | None = None
+
+
+@dataclass(frozen=True)
 class QueueAdmissionPlan:
     """Admit waiting steps of ``queue`` at ``now``, at most ``batch`` of them.
 
     Executed under the queue row's lock (created with no overrides if
-    missing). Conditions on the rows: slot holders are checkpoints of kind
+    missing); grants chosen from a :class:`QueueSeen` read before the lock
+    are written only if the row has not changed since (every grant rewrites
+    it). Conditions on the rows: slot holders are checkpoints of kind
     ``step`` in ``queue`` with admission ``admitted``, status in ``open``,
     ``wake_at`` after ``now`` and their run's status in ``run_statuses``;
     candidates are ``pending`` ones of active runs, ``waiting`` (or admitted

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from durable.engine.plan_entities import EntityApplied, EntityCall, EntityOpRecord, EntityRecord
     from durable.engine.plan_external import BreakpointPlan, CallbackPlan
     from durable.engine.plan_fork import ForkPlan
-    from durable.engine.plan_queues import QueueAdmissionPlan, QueueAdmitted
+    from durable.engine.plan_queues import AdmissionRead, QueueAdmissionPlan, QueueAdmitted, QueueSeen
     from durable.engine.retention import Evicted, ExpiredRun, ExpiryRule
     from durable.schedules.plan import ScheduleApplied, SchedulePlan, ScheduleRecord
 
@@ -127,6 +127,7 @@ class Store(Protocol):
         error: dict[str, Any] | None = None,
         retry_at: datetime | None = None,
         claim: ClaimCheck | None = None,
+        admission: AdmissionRead | None = None,
     ) -> bool: ...
     def finish_step_and_acquire(
         self,
@@ -139,6 +140,7 @@ class Store(Protocol):
         output: Any = None,
         error: dict[str, Any] | None = None,
         claim: ClaimCheck | None = None,
+        admission: AdmissionRead | None = None,
     ) -> RunRecord | None: ...
     def renew_step(self, run_id: str, seq: int, owner: str, lease_until: datetime) -> bool: ...
     def heartbeat_step(self, run_id: str, seq: int, now: datetime, progress: Any, lease_until: datetime) -> None: ...
@@ -280,7 +282,7 @@ class Store(Protocol):
     def hand_over(self, workflow: str, key: str, now: datetime) -> list[str]: ...
     def waiting_keys(self, limit: int) -> list[tuple[str, str]]: ...
     # limited step queues (DURABLE["QUEUES"]; durable.engine.plan_queues): admission under the queue row's lock
-    def admit_steps(self, plan: QueueAdmissionPlan) -> QueueAdmitted: ...
+    def admit_steps(self, plan: QueueAdmissionPlan, seen: QueueSeen | None = None) -> QueueAdmitted: ...
     def queue_rows(self) -> dict[str, QueueRecord]: ...
     def configure_queue(
         self, name: str, now: datetime, *, overrides: dict[str, Any] | None = None, paused: bool | None = None

@@ -397,7 +397,9 @@ class PostgresStatements:
         ]
 
     # -- a step result ----------------------------------------------------------------
-    def finish_step(self, take: bool, claimed: bool = False, notify: bool = False) -> str:
+    def finish_step(
+        self, take: bool, claimed: bool = False, notify: bool = False, read: tuple[str, str] | None = None
+    ) -> str:
         """Settle an open step and wake (or, ``take``, lease) its suspended run, run row locked first.
 
         Nothing is settled for a missing run or one whose results are ignored;
@@ -405,6 +407,9 @@ class PostgresStatements:
         ``notify``: a run woken is announced on :data:`NOTIFY_CHANNEL` (on commit).
         Params: :meth:`finish_step_params`. Returns one row, the run's status
         as found followed by the run's columns as leased (NULLs when not woken).
+        ``read``: the CTEs and SELECT of a read that rides along (its params
+        follow); then every row continues with whether the step was settled
+        and one row of that read.
         """
         if take:
             wake = (
@@ -419,7 +424,7 @@ class PostgresStatements:
             if claimed
             else ""
         )
-        return (
+        sql = (
             f"WITH old AS (SELECT {q('id')}, {q('status')} FROM {RUN_TABLE} WHERE {q('id')} = %s FOR UPDATE), "
             f"woke AS (UPDATE {RUN_TABLE} d SET {wake} FROM old WHERE d.{q('id')} = old.{q('id')} "
             f"AND old.{q('status')} = '{RunStatus.SUSPENDED}' RETURNING {run_columns('d')}), "
@@ -427,15 +432,22 @@ class PostgresStatements:
             f"{q('error')} = {self.param(CP_FIELD['error'])}, {q('wake_at')} = NULL, {q('finished_at')} = %s, "
             f"{q('locked_by')} = NULL WHERE {q('run_id')} = %s AND {q('seq')} = %s "
             f"AND {q('status')} IN ({_in(UNSETTLED)}) {claim}"
-            f"AND EXISTS (SELECT 1 FROM old WHERE {q('status')} NOT IN ({_in(STEP_RESULT_IGNORED)}))) "
-            f"SELECT old.{q('status')}, woke.* FROM old LEFT JOIN woke ON true"
-            # (A volatile function: the join is never removed, and runs once, only for a woken run.)
-            + (
-                f" LEFT JOIN LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', woke.{q('namespace')}) "
-                f"WHERE woke.{q('id')} IS NOT NULL) announced ON true"
-                if notify
-                else ""
-            )
+            f"AND EXISTS (SELECT 1 FROM old WHERE {q('status')} NOT IN ({_in(STEP_RESULT_IGNORED)})) "
+            f"{'RETURNING 1' if read else ''}) "
+        )
+        # (A volatile function: the join is never removed, and runs once, only for a woken run.)
+        announce = (
+            f" LEFT JOIN LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', woke.{q('namespace')}) "
+            f"WHERE woke.{q('id')} IS NOT NULL) announced ON true"
+            if notify
+            else ""
+        )
+        if read is None:
+            return f"{sql}SELECT old.{q('status')}, woke.* FROM old LEFT JOIN woke ON true{announce}"
+        ctes, select = read
+        return (
+            f"{sql}, {ctes} SELECT old.{q('status')}, woke.*, EXISTS (SELECT 1 FROM cp), rd.* "
+            f"FROM old LEFT JOIN woke ON true{announce} LEFT JOIN ({select}) rd ON true"
         )
 
     def finish_step_params(self, result: StepResultPlan) -> list[Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from durable.engine.plan_queues import QueueLimits, Rate, plan_queue_admission
+from durable.engine.plan_queues import AdmissionRead, QueueLimits, Rate, plan_queue_admission
 from durable.engine.vocab import Admission, CheckpointStatus
 from tests.store.conftest import OTHER, OWNER, T0, at, running, step, suspend
 
@@ -179,3 +179,44 @@ def test_queue_stats_count_running_waiting_and_admissions_of_the_last_minute(sto
     assert (stats.running, stats.waiting, stats.oldest_waiting, stats.admitted_last_minute) == (2, 2, at(3), 2)
     assert store.queue_stats("q", at(80)).admitted_last_minute == 0
     assert store.queue_stats("other", T0).running == 0
+
+
+def _finish_reading(store: Any, seq: int, now: float, **limits: Any) -> Any:
+    """Step ``seq`` of r1 settled by a result that also reads its queue (a store may fill ``read.seen``)."""
+    read = AdmissionRead(plan_queue_admission("q", at(now), QueueLimits(**limits), LEASE, 100))
+    claim = store.claim_step("r1", seq, OWNER, at(now), at(now + 60))
+    assert claim is not None
+    store.finish_step("r1", seq, at(now), output=seq, admission=read)
+    return read
+
+
+def test_a_result_that_reads_its_queue_admits_the_next_step_as_without(store: Any) -> None:
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 5)))
+    assert admit(store, 5, concurrency=2) == [("r1", 1), ("r1", 2)]
+    read = _finish_reading(store, 1, 6, concurrency=2)
+    assert (read.seen is not None) == (type(store).__name__ == "PostgresStore")  # the others read when admitting
+    if read.seen is not None:  # the PostgreSQL store reads in the result's statement
+        assert (read.seen.held_by_key, read.seen.wanted) == ({None: 1}, 1)  # step 1's slot already free
+        assert [(c.run_id, c.seq) for c in read.seen.candidates] == [("r1", 3)]
+    granted = store.admit_steps(read.plan, read.seen).grants
+    assert [(g.run_id, g.seq) for g in granted] == [("r1", 3)]
+    assert admit(store, 6, concurrency=2) == []
+
+
+def test_grants_chosen_from_a_stale_read_are_not_written(store: Any) -> None:
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 5)))
+    assert admit(store, 5, concurrency=2) == [("r1", 1), ("r1", 2)]
+    read = _finish_reading(store, 1, 6, concurrency=2)
+    assert admit(store, 6, concurrency=2) == [("r1", 3)]  # another admission took the slot meanwhile
+    assert store.admit_steps(read.plan, read.seen).grants == ()  # the read would grant step 3 or 4: refused
+    held = store.queue_stats("q", at(7)).running
+    assert held == 2
+
+
+def test_a_pause_after_the_read_wins(store: Any) -> None:
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 4)))
+    assert admit(store, 5, concurrency=1) == [("r1", 1)]
+    read = _finish_reading(store, 1, 6, concurrency=1)
+    store.configure_queue("q", at(6), paused=True)
+    admitted = store.admit_steps(read.plan, read.seen)
+    assert (admitted.grants, admitted.paused) == ((), True)

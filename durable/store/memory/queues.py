@@ -6,7 +6,14 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from durable.engine.plan_queues import Candidate, QueueAdmissionPlan, QueueAdmitted, effective_limits, rank_within_keys
+from durable.engine.plan_queues import (
+    Candidate,
+    QueueAdmissionPlan,
+    QueueAdmitted,
+    QueueSeen,
+    effective_limits,
+    rank_within_keys,
+)
 from durable.engine.ports import QueueRecord, QueueStats
 from durable.engine.vocab import ACTIVE, UNSETTLED, Admission, CheckpointKind, CheckpointStatus
 from durable.store.memory.base import MemoryBase, atomically, locked
@@ -46,7 +53,7 @@ class QueuesPart(MemoryBase):
         return row
 
     @atomically
-    def admit_steps(self, plan: QueueAdmissionPlan) -> QueueAdmitted:
+    def admit_steps(self, plan: QueueAdmissionPlan, seen: QueueSeen | None = None) -> QueueAdmitted:
         """Execute a :class:`~durable.engine.plan_queues.QueueAdmissionPlan` (the store lock serialises admitters)."""
         queue = self._queue_row(plan.queue, plan.now)
         if queue["paused"]:

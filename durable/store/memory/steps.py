@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from durable.engine.plan import StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
-from durable.engine.plan_queues import claimable
+from durable.engine.plan_queues import AdmissionRead, claimable
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.engine.vocab import SETTLED, Admission, CheckpointStatus
 from durable.store.memory.base import MemoryBase, atomically
@@ -93,6 +93,7 @@ class StepsPart(MemoryBase):
         error: dict[str, Any] | None = None,
         retry_at: datetime | None = None,
         claim: ClaimCheck | None = None,
+        admission: AdmissionRead | None = None,
     ) -> bool:
         """Settle (or schedule the retry of) a dispatched step; wake its run.
 
@@ -157,6 +158,7 @@ class StepsPart(MemoryBase):
         output: Any = None,
         error: dict[str, Any] | None = None,
         claim: ClaimCheck | None = None,
+        admission: AdmissionRead | None = None,
     ) -> RunRecord | None:
         """:meth:`finish_step`, then the woken run leased to ``owner`` (its next turn), in one write.
 

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.db.models import Case, Count, DateTimeField, Exists, F, Max, Min, Q, Value, When, Window
 from django.db.models.functions import RowNumber
 
-from durable.engine.plan_queues import Candidate, Grant, QueueAdmissionPlan, QueueAdmitted, effective_limits
+from durable.engine.plan_queues import Candidate, Grant, QueueAdmissionPlan, QueueAdmitted, QueueSeen, effective_limits
 from durable.engine.ports import QueueRecord, QueueStats
 from durable.engine.vocab import ACTIVE, UNSETTLED, Admission, CheckpointKind, CheckpointStatus
 from durable.models import Checkpoint, Queue
@@ -21,7 +21,7 @@ def _record(row: Queue) -> QueueRecord:
 
 
 class QueueRows(StoreBase):
-    def admit_steps(self, plan: QueueAdmissionPlan) -> QueueAdmitted:
+    def admit_steps(self, plan: QueueAdmissionPlan, seen: QueueSeen | None = None) -> QueueAdmitted:
         """Execute a :class:`~durable.engine.plan_queues.QueueAdmissionPlan` in one transaction.
 
         The queue row is locked first (created if missing), so admitters of

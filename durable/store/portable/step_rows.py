@@ -10,7 +10,7 @@ from django.db import transaction
 from django.db.models import Case, F, Value, When
 
 from durable.engine.plan import StepClaimPlan, StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
-from durable.engine.plan_queues import claimable
+from durable.engine.plan_queues import AdmissionRead, claimable
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.engine.vocab import SETTLED, Admission, CheckpointStatus, RunStatus
 from durable.models import Checkpoint, Run
@@ -108,6 +108,7 @@ class StepRows(StoreBase):
         error: dict[str, Any] | None = None,
         retry_at: datetime | None = None,
         claim: ClaimCheck | None = None,
+        admission: AdmissionRead | None = None,
     ) -> bool:
         """Settle (or schedule the retry of) a dispatched step; wake its run.
 
@@ -179,6 +180,7 @@ class StepRows(StoreBase):
         output: Any = None,
         error: dict[str, Any] | None = None,
         claim: ClaimCheck | None = None,
+        admission: AdmissionRead | None = None,
     ) -> RunRecord | None:
         """:meth:`finish_step`, then take the woken run's lease for ``owner`` (its next turn).
 

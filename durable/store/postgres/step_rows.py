@@ -9,12 +9,15 @@ from typing import Any
 from django.db import connection
 
 from durable.engine.plan import StepClaimPlan, StepResultPlan, plan_step_result
+from durable.engine.plan_queues import AdmissionRead
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.engine.vocab import RunStatus
 from durable.store.portable.step_rows import StepRows
 from durable.store.postgres.base import PostgresBase
+from durable.store.postgres.queue_rows import read_params, to_seen
 from durable.store.postgres.rows import to_run
-from durable.store.statements import CP_FIELD, PG_CLAIM_STEP, PG_SET_STEP_TIMEOUT, RUN_FIELD
+from durable.store.queue_statements import RESULT_READ_CTES, RESULT_READ_PARAMS, RESULT_READ_SELECT
+from durable.store.statements import CP_FIELD, PG_CLAIM_STEP, PG_SET_STEP_TIMEOUT, RUN_COLUMNS, RUN_FIELD
 
 
 class PostgresSteps(PostgresBase, StepRows):
@@ -40,20 +43,53 @@ class PostgresSteps(PostgresBase, StepRows):
             self._execute(PG_SET_STEP_TIMEOUT, [timeout_at, cp_id])
         return StepClaim(plan.run_id, plan.seq, name, value, attempts, namespace, queue, ready_at, workflow, trace)
 
-    def _settle_step(self, plan: StepResultPlan) -> tuple[str | None, RunRecord | None]:
-        """Settle and wake (or lease) in one statement; the run's status as found, the run as leased."""
+    def _settle_step(
+        self, plan: StepResultPlan, read: AdmissionRead | None = None
+    ) -> tuple[str | None, RunRecord | None]:
+        """Settle and wake (or lease) in one statement; the run's status as found, the run as leased.
+
+        With ``read``, the same statement reads the step's queue for its next
+        admission (``read.seen``, when the step was settled by it).
+        """
         take = plan.take is not None
-        rows = self._execute(
-            # A woken run (not one this process takes) is announced to the listening workers.
-            self._statements.finish_step(take, plan.claim is not None, not take and self._notifying()),
-            self._statements.finish_step_params(plan),
-        )
+        params = self._statements.finish_step_params(plan)
+        ride = None
+        if read is not None:
+            ride = (RESULT_READ_CTES, RESULT_READ_SELECT)
+            params += read_params(read.plan, RESULT_READ_PARAMS, run_id=plan.run_id, seq=plan.seq)
+        # A woken run (not one this process takes) is announced to the listening workers.
+        notify = not take and self._notifying()
+        rows = self._execute(self._statements.finish_step(take, plan.claim is not None, notify, ride), params)
         if not rows:
             return None, None
         status, *run = rows[0]
+        if read is not None:
+            width = len(RUN_COLUMNS)
+            if run[width]:  # settled by this statement: its slot is free in what the read counted
+                read.seen = to_seen([row[width + 2 :] for row in rows])
+            run = run[:width]
         if plan.take is None or run[0] is None:
             return status, None
         return status, to_run(run)
+
+    def finish_step(
+        self,
+        run_id: str,
+        seq: int,
+        now: datetime,
+        *,
+        output: Any = None,
+        error: dict[str, Any] | None = None,
+        retry_at: datetime | None = None,
+        claim: ClaimCheck | None = None,
+        admission: AdmissionRead | None = None,
+    ) -> bool:
+        """As the portable store's; with ``admission``, the result's statement also reads the queue."""
+        plan = plan_step_result(run_id, seq, now, output=output, error=error, retry_at=retry_at, claim=claim)
+        if admission is None or plan.retry or (plan.claim is not None and plan.claim.lapsed_at is not None):
+            return self._finish_step(plan)
+        status, _ = self._settle_step(plan, admission)
+        return status == RunStatus.SUSPENDED
 
     def _finish_step(self, plan: StepResultPlan) -> bool:
         if plan.retry or (plan.claim is not None and plan.claim.lapsed_at is not None):
@@ -72,7 +108,11 @@ class PostgresSteps(PostgresBase, StepRows):
         output: Any = None,
         error: dict[str, Any] | None = None,
         claim: ClaimCheck | None = None,
+        admission: AdmissionRead | None = None,
     ) -> RunRecord | None:
-        """Settle the step and take the woken run's lease, in the one statement (no wake write, no acquire)."""
+        """Settle the step and take the woken run's lease, in the one statement (no wake write, no acquire).
+
+        With ``admission``, that statement also reads the step's queue (see :meth:`finish_step`).
+        """
         plan = plan_step_result(run_id, seq, now, output=output, error=error, take=(owner, lease_until), claim=claim)
-        return self._settle_step(plan)[1]
+        return self._settle_step(plan, admission)[1]

@@ -1,0 +1,139 @@
+"""The PostgreSQL statements of a limited queue's admission (see :mod:`durable.engine.plan_queues`).
+
+An admission is two statements in one transaction: :data:`PG_ADMIT_READ`
+locks the queue row and reads everything the plan decides on; then
+:data:`PG_ADMIT_GRANT` writes every grant and rewrites the queue row. A
+step's result can carry the same read, unlocked (:func:`admit_read`, in
+:meth:`~durable.store.statements.PostgresStatements.finish_step`); the
+grants chosen from it are then :data:`PG_ADMIT_GRANT` alone, with the row's
+version as read.
+
+Why a read may be trusted: a statement reads with the snapshot it took when
+it began, so one that waited for the previous admitter's lock would miss
+that admitter's grants. Every grant therefore rewrites the queue row in the
+grant's transaction. The locked read compares the row's version as locked
+(the latest, ``xmin``) with the one its snapshot sees: equal, no grant
+committed after the snapshot, so the slots it counted are at least those
+held now (a slot freed since only makes it admit less, and the freeing write
+asks for an admission of its own); different (``fresh`` false), the store
+counts again with a statement that begins after the lock. The grants chosen
+from an unlocked read are written only if the row, locked by the grant
+statement, is still at the version read (else nothing is written and the
+admission reads under the lock)."""
+
+from __future__ import annotations
+
+import re
+
+from durable.engine.vocab import Admission, CheckpointKind, CheckpointStatus
+from durable.models import Queue
+from durable.store.statements import CP_TABLE, RUN_TABLE, q
+
+QUEUE_TABLE = q(Queue._meta.db_table)
+_OPEN = f"('{CheckpointStatus.PENDING}', '{CheckpointStatus.RUNNING}')"
+_IN_QUEUE = f"c.{q('queue')} = %(queue)s AND c.{q('kind')} = '{CheckpointKind.STEP}' AND c.{q('admission')} IS NOT NULL"
+_ACTIVE_RUN = f"r.{q('id')} = c.{q('run_id')} AND r.{q('status')} = ANY(%(active)s)"
+
+# The concurrency in force as the locked row says (an override wins; JSON null turns it off);
+# a stored value that is not a number leaves it to the store's own check (``wanted`` differs).
+_CONCURRENCY = (
+    f"CASE WHEN NOT lk.{q('overrides')} ? 'concurrency' THEN %(concurrency)s::integer "
+    f"WHEN jsonb_typeof(lk.{q('overrides')} -> 'concurrency') = 'number' "
+    f"THEN (lk.{q('overrides')} ->> 'concurrency')::numeric::integer END"
+)
+
+_NAMED = re.compile(r"%\((\w+)\)s")
+
+
+def positional(sql: str) -> tuple[str, list[str]]:
+    """``sql`` with its named parameters made positional, and the names in the order to pass them."""
+    names: list[str] = []
+
+    def one(match: re.Match[str]) -> str:
+        names.append(match.group(1))
+        return "%s"
+
+    return _NAMED.sub(one, sql), names
+
+
+def admit_read(locked: bool) -> tuple[str, str]:
+    """The read of an admission: its CTEs (``lk`` first) and the SELECT of its rows (named parameters).
+
+    Params: queue, now, active (run statuses), batch, concurrency (the
+    settings', or NULL); unlocked, also run_id and seq: the step whose result
+    the same statement writes, not counted as a holder (the statement's
+    snapshot still sees it hold). One row per candidate (or one with NULL
+    candidate columns when there is none): the row's paused, overrides,
+    rate_next_at; fresh (locked: see the module docstring); the row's
+    version; the slots held by key as a JSON array of [key, count]; wanted
+    (the grants the concurrency leaves room for); then the candidate's id,
+    run_id, seq, key, priority, enqueued_at, rank, served.
+    """
+    lock = " FOR UPDATE" if locked else ""
+    ctes = [
+        f"lk AS (SELECT {q('paused')}, {q('overrides')}, {q('rate_next_at')}, xmin AS v "
+        f"FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s{lock})"
+    ]
+    if locked:
+        ctes.append(f"snap AS (SELECT xmin AS v FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s)")
+    mine = "" if locked else f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) "
+    ctes += [
+        f"holders AS (SELECT c.{q('queue_key')} AS k, count(*) AS n FROM {CP_TABLE} c, {RUN_TABLE} r "
+        f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' AND c.{q('status')} IN {_OPEN} "
+        f"AND c.{q('wake_at')} > %(now)s {mine}AND {_ACTIVE_RUN} GROUP BY c.{q('queue_key')})",
+        f"room AS (SELECT GREATEST(LEAST(%(batch)s::integer, COALESCE(({_CONCURRENCY}) "
+        f"- (SELECT COALESCE(sum(n), 0) FROM holders), %(batch)s::integer)), 0) AS wanted FROM lk)",
+        f"ranked AS (SELECT c.{q('id')} AS id, c.{q('run_id')} AS run_id, c.{q('seq')} AS seq, "
+        f"c.{q('queue_key')} AS k, r.{q('priority')} AS priority, c.{q('enqueued_at')} AS enqueued_at, "
+        f"row_number() OVER (PARTITION BY r.{q('priority')}, c.{q('queue_key')} "
+        f"ORDER BY c.{q('enqueued_at')}, c.{q('id')}) AS rank FROM {CP_TABLE} c, {RUN_TABLE} r "
+        f"WHERE {_IN_QUEUE} AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND {_ACTIVE_RUN} "
+        f"AND (c.{q('admission')} = '{Admission.WAITING}' OR (c.{q('admission')} = '{Admission.ADMITTED}' "
+        f"AND c.{q('wake_at')} <= %(now)s)) AND (c.{q('retry_at')} IS NULL OR c.{q('retry_at')} <= %(now)s) "
+        # Read only when the queue may admit: a paused or full queue costs no scan of its backlog.
+        f"AND EXISTS (SELECT 1 FROM lk WHERE NOT {q('paused')}) AND (SELECT wanted FROM room) > 0)",
+        "cands AS (SELECT * FROM ranked WHERE rank <= (SELECT wanted FROM room))",
+        # When each candidate's key was last admitted, needed only to take turns between keys.
+        f"served AS (SELECT c.{q('queue_key')} AS k, max(c.{q('admitted_at')}) AS at FROM {CP_TABLE} c "
+        f"WHERE c.{q('queue')} = %(queue)s AND c.{q('admitted_at')} IS NOT NULL "
+        f"AND (SELECT count(*) FROM (SELECT DISTINCT k FROM cands) d) > 1 "
+        f"AND (c.{q('queue_key')} IN (SELECT k FROM cands) "
+        f"OR (c.{q('queue_key')} IS NULL AND EXISTS (SELECT 1 FROM cands WHERE k IS NULL))) "
+        f"GROUP BY c.{q('queue_key')})",
+    ]
+    fresh = "lk.v = (SELECT v FROM snap)" if locked else "true"
+    select = (
+        f"SELECT lk.{q('paused')}, lk.{q('overrides')}, lk.{q('rate_next_at')}, {fresh} AS fresh, "
+        f"lk.v::text AS version, (SELECT COALESCE(json_agg(json_build_array(k, n)), '[]') FROM holders) AS held, "
+        f"(SELECT wanted FROM room) AS wanted, cands.id, cands.run_id, cands.seq, cands.k, cands.priority, "
+        f"cands.enqueued_at, cands.rank, served.at "
+        f"FROM lk LEFT JOIN cands ON true LEFT JOIN served ON served.k IS NOT DISTINCT FROM cands.k"
+    )
+    return ", ".join(ctes), select
+
+
+_READ_CTES, _READ_SELECT = admit_read(locked=True)
+_RESULT_CTES, RESULT_READ_SELECT = admit_read(locked=False)
+# The read that rides in a step result's statement (see :func:`admit_read`), positional.
+RESULT_READ_CTES, RESULT_READ_PARAMS = positional(_RESULT_CTES)
+# The read of an admission under the queue row's lock (see :func:`admit_read`).
+PG_ADMIT_READ, PG_ADMIT_READ_PARAMS = positional(f"WITH {_READ_CTES} {_READ_SELECT}")
+
+# Every grant of one admission, and the queue row rewritten (its new version tells a
+# concurrent read that it missed these grants); compare-and-set on pending (a step that
+# left pending meanwhile is not granted). With a version, also compare-and-set on the
+# queue row's: nothing is written unless the row is still the one the grants were chosen
+# from (locked here, so no admission commits in between). Params: queue, version, version,
+# ids, starts, untils, rate_next_at, queue. Returns whether the row matched, and the ids granted.
+PG_ADMIT_GRANT = (
+    f"WITH lk AS (SELECT 1 FROM {QUEUE_TABLE} WHERE {q('name')} = %s "
+    f"AND (%s::text IS NULL OR xmin::text = %s::text) FOR UPDATE), "
+    f"g AS (UPDATE {CP_TABLE} c SET {q('admission')} = '{Admission.ADMITTED}', "
+    f"{q('admitted_at')} = v.s, {q('wake_at')} = v.u "
+    f"FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]) AS v(i, s, u) "
+    f"WHERE c.{q('id')} = v.i AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND EXISTS (SELECT 1 FROM lk) "
+    f"RETURNING c.{q('id')}), "
+    f"t AS (UPDATE {QUEUE_TABLE} SET {q('rate_next_at')} = %s::timestamptz WHERE {q('name')} = %s "
+    f"AND EXISTS (SELECT 1 FROM lk)) "
+    f"SELECT EXISTS (SELECT 1 FROM lk), ARRAY(SELECT {q('id')} FROM g)"
+)
