@@ -28,6 +28,11 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
 ``EMBEDDED_WORKER``       True. Run the worker loop inside the web process
                           when the transport is ``inline``.
 ``DEFAULT_NAMESPACE``     ``"default"``.
+``NAMESPACE_QUEUES``      False. With Celery, True sends the turns and steps of
+                          runs of every namespace but ``DEFAULT_NAMESPACE`` to
+                          queues of their own (``"durable.ns.<namespace>"``,
+                          ``"<queue>.ns.<namespace>"``), so a Celery worker
+                          serves the namespaces whose queues it consumes.
 ``STEP_EXECUTION_LEASE``  60s. A running step's owner renews it in the
                           background; once it lapses the step is presumed
                           lost with its worker: a failed attempt (code
@@ -136,6 +141,7 @@ DEFAULTS: dict[str, Any] = {
     "NOTIFY": True,
     "EMBEDDED_WORKER": True,
     "DEFAULT_NAMESPACE": "default",
+    "NAMESPACE_QUEUES": False,
     "STEP_EXECUTION_LEASE": 60.0,
     "STEP_LEASE": 60.0,
     "STEP_REDISPATCH_MAX": None,
@@ -230,6 +236,8 @@ class DurableSettings:
     history_cache_size: int = 2000
     history_cache_idle: float = 300.0
     history_cache_checkpoints: int = 200_000
+    # Each non-default namespace's work on queues of its own (NAMESPACE_QUEUES; durable.engine.namespaces).
+    namespace_queues: bool = False
 
 
 def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
@@ -268,6 +276,8 @@ def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
     for key in ("DEFAULT_NAMESPACE", "SWEEP_QUEUE"):
         if not isinstance(values[key], str) or not values[key]:
             found.append(f"settings.DURABLE[{key!r}] must be a non-empty string")
+    if not isinstance(values["NAMESPACE_QUEUES"], bool):
+        found.append(f"settings.DURABLE['NAMESPACE_QUEUES'] must be True or False, got {values['NAMESPACE_QUEUES']!r}")
     _retention(values, found)
     values["QUEUES"] = _queues(values["QUEUES"], found)
     _callbacks(values, found)
@@ -375,6 +385,7 @@ def parse(raw: Any) -> DurableSettings:
         history_cache_size=values["HISTORY_CACHE_SIZE"],
         history_cache_idle=values["HISTORY_CACHE_IDLE"],
         history_cache_checkpoints=values["HISTORY_CACHE_CHECKPOINTS"],
+        namespace_queues=values["NAMESPACE_QUEUES"],
     )
 
 

@@ -23,6 +23,7 @@ from durable import runtime
 from durable.engine import retention as retention_policy
 from durable.engine.durations import Duration, to_seconds
 from durable.engine.entities import HISTORY, entity_def
+from durable.engine.namespaces import INFIX
 from durable.engine.registry import StepDef, WorkflowDef, qualname
 from durable.engine.requirements import check_requires
 from durable.engine.retry import BackoffSpec, check_retries, make_backoff
@@ -283,6 +284,8 @@ def step(
         step_name = _check_name(name or func.__name__, "step")
         if queue is not None:
             _check_name(queue, "queue")
+            if INFIX in queue:
+                raise ConfigurationError(f"queue name {queue!r} is invalid: {INFIX!r} names a namespace's queues")
         sd = StepDef(
             name=step_name,
             fn=func,

@@ -353,8 +353,11 @@ def start_embedded_worker() -> WorkerLoop | None:
     return _embedded
 
 
-def start_advertising(queues: list[str]) -> None:
-    """Advertise this worker process in the fleet (queues, steps, workflows) until :func:`stop_advertising`."""
+def start_advertising(queues: list[str], namespaces: frozenset[str] | None = None) -> None:
+    """Advertise this worker process in the fleet (queues, steps, workflows) until :func:`stop_advertising`.
+
+    ``namespaces``: those it serves, when not its engine's scope (a Celery worker's, from its queues).
+    """
     global _advertiser
     from durable.fleet import Advertiser
 
@@ -367,7 +370,7 @@ def start_advertising(queues: list[str]) -> None:
         registry=engine.registry,
         clock=engine.clock,
         capabilities=engine.capabilities,
-        namespaces=engine.namespaces,
+        namespaces=namespaces if namespaces is not None else engine.namespaces,
     )
     _advertiser.start()
 

@@ -19,6 +19,7 @@ from celery.signals import celeryd_after_setup, worker_ready, worker_shutdown
 from django.db import close_old_connections, connection
 
 from durable import runtime
+from durable.engine.namespaces import namespaces_of
 from durable.engine.requirements import capabilities_of
 from durable.runtime import get_engine
 from durable.worker.tick import tick
@@ -64,7 +65,20 @@ def _advertise(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
     runtime.serve_routes_eagerly(frozenset([*queues, *([None] if DEFAULT_QUEUE in queues else [])]))
     # Consuming "<queue>@gpu" is what gives a Celery worker the capability gpu.
     runtime.serve_capabilities(capabilities_of(queues))
-    runtime.start_advertising(queues)
+    runtime.start_advertising(queues, _namespaces_served(queues))
+
+
+def _namespaces_served(queues: list[str]) -> frozenset[str] | None:
+    """Under ``NAMESPACE_QUEUES``, the namespaces whose queues this worker consumes (None: off, it serves all).
+
+    The sweep queue carries no namespace's work. The worker's engine stays
+    unscoped: the sweeps it runs only announce work, on each run's own queues.
+    """
+    settings = get_engine().settings
+    if not settings.namespace_queues:
+        return None
+    work = [queue for queue in queues if queue != settings.sweep_queue]
+    return namespaces_of(work, settings.default_namespace)
 
 
 @worker_ready.connect

@@ -27,10 +27,12 @@ class Recorder(Transport):
     def __init__(self) -> None:
         self.turns: list[str] = []
 
-    def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
+    def dispatch_turn(self, run_id: str, *, delay: float = 0.0, namespace: str | None = None) -> None:
         self.turns.append(run_id)
 
-    def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None:
+    def dispatch_step(
+        self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0, namespace: str | None = None
+    ) -> None:
         return None
 
 
@@ -107,7 +109,7 @@ def test_a_client_refuses_bad_input_before_writing(own: tuple[Client, Engine, Re
 class BrokerDown(Recorder):
     """A transport whose broker refuses every message (as Redis does while it restarts)."""
 
-    def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
+    def dispatch_turn(self, run_id: str, *, delay: float = 0.0, namespace: str | None = None) -> None:
         raise ConnectionRefusedError("Error 111 connecting to the broker. Connection refused.")
 
 

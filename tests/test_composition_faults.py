@@ -471,7 +471,7 @@ def _dead_worker_claims_refund(monkeypatch: pytest.MonkeyPatch, run_id: str) -> 
     claimed: list[int] = []
     original = ManualTransport.dispatch_step
 
-    def dispatch_step(self, rid, seq, queue, *, delay=0.0):
+    def dispatch_step(self, rid, seq, queue, *, delay=0.0, namespace=None):
         cp = Checkpoint.objects.get(run_id=rid, seq=seq)
         if rid == run_id and cp.name == "cfx_refund" and not claimed:
             now = runtime.now()
@@ -611,7 +611,7 @@ def test_republishing_after_a_crash_starts_one_subscriber_and_delivers_once(monk
         original = ManualTransport.dispatch_turn
         died: list[str] = []
 
-        def dispatch_turn(self, rid, *, delay=0.0):
+        def dispatch_turn(self, rid, *, delay=0.0, namespace=None):
             if not died:
                 died.append(rid)
                 raise Crash("killed right after the publish committed")
@@ -803,7 +803,9 @@ def test_child_racing_its_parent_freely_never_loses_the_wake():
 def _count_dispatches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     sent: list[tuple[str, int]] = []
     monkeypatch.setattr(
-        ManualTransport, "dispatch_step", lambda self, rid, seq, queue, delay=0.0: sent.append((rid, seq))
+        ManualTransport,
+        "dispatch_step",
+        lambda self, rid, seq, queue, delay=0.0, namespace=None: sent.append((rid, seq)),
     )
     return sent
 

@@ -284,7 +284,9 @@ def test_failing_checkpoint_write_reruns_only_the_unrecorded_step(tmp_path, monk
 
 def test_concurrent_starts_of_one_id_create_one_run(tmp_path, monkeypatch):
     dispatched: list[str] = []
-    monkeypatch.setattr(ManualTransport, "dispatch_turn", lambda self, run_id, delay=0.0: dispatched.append(run_id))
+    monkeypatch.setattr(
+        ManualTransport, "dispatch_turn", lambda self, run_id, delay=0.0, namespace=None: dispatched.append(run_id)
+    )
     callers = 16
 
     ids = concurrently(callers, lambda i: durable.start(fw.echo, {"caller": i}, run_id="same"))
@@ -308,7 +310,9 @@ def test_concurrent_starts_of_one_id_create_one_run(tmp_path, monkeypatch):
 
 def test_start_inside_rolled_back_transaction_leaves_no_run(monkeypatch):
     dispatched: list[str] = []
-    monkeypatch.setattr(ManualTransport, "dispatch_turn", lambda self, run_id, delay=0.0: dispatched.append(run_id))
+    monkeypatch.setattr(
+        ManualTransport, "dispatch_turn", lambda self, run_id, delay=0.0, namespace=None: dispatched.append(run_id)
+    )
 
     class BusinessWriteFailed(Exception):
         pass

@@ -74,12 +74,14 @@ class Broker:
 def broker(monkeypatch: pytest.MonkeyPatch) -> Broker:
     b = Broker()
     monkeypatch.setattr(
-        ManualTransport, "dispatch_turn", lambda self, run_id, delay=0.0: b.queued.append(("turn", run_id))
+        ManualTransport,
+        "dispatch_turn",
+        lambda self, run_id, delay=0.0, namespace=None: b.queued.append(("turn", run_id)),
     )
     monkeypatch.setattr(
         ManualTransport,
         "dispatch_step",
-        lambda self, run_id, seq, queue, delay=0.0: b.queued.append(("step", run_id, seq)),
+        lambda self, run_id, seq, queue, delay=0.0, namespace=None: b.queued.append(("step", run_id, seq)),
     )
     return b
 

@@ -36,10 +36,12 @@ class Recorder(Transport):
         self.turns: list[str] = []
         self.steps: list[tuple[str, int, str | None]] = []
 
-    def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
+    def dispatch_turn(self, run_id: str, *, delay: float = 0.0, namespace: str | None = None) -> None:
         self.turns.append(run_id)
 
-    def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None:
+    def dispatch_step(
+        self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0, namespace: str | None = None
+    ) -> None:
         if delay <= 60:
             self.steps.append((run_id, seq, queue))
 

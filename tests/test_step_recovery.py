@@ -236,7 +236,9 @@ def test_sweepers_racing_on_a_lapsed_attempt_record_it_once():
         fc.advance("61s")
         engine = get_engine()
         original = engine.transport.dispatch_step
-        engine.transport.dispatch_step = lambda run, seq, queue, delay=0.0: dispatched.append((run, seq))
+        engine.transport.dispatch_step = lambda run, seq, queue, delay=0.0, namespace=None: dispatched.append(
+            (run, seq)
+        )
         try:
             done = concurrently(4, lambda i: recover_steps(engine, execute=False))
         finally:

@@ -11,6 +11,7 @@ from django.db import transaction
 
 from durable.engine import observe
 from durable.engine.core import Engine
+from durable.engine.namespaces import serves_namespace
 from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.serialization import to_json
 from durable.engine.vocab import RunStatus
@@ -118,19 +119,20 @@ class ClientBase:
         (``max_queue_depth``: refuse with :class:`~durable.QueueFull` past it).
         """
         engine = self.engine
-        run_id = fields["id"]
+        run_id, namespace = fields["id"], fields["namespace"]
         if fields.get("singleton_key") is not None:
             return self._admit(fields, max_queue_depth)
         if transaction.get_connection().in_atomic_block:
             with engine.store.atomic():
                 created = engine.store.create_run(fields)
                 if created:
-                    after_commit(lambda: engine.transport.dispatch_turn(run_id))
+                    after_commit(lambda: engine.transport.dispatch_turn(run_id, namespace=namespace))
             return created
-        if not engine.transport.takes_leased_runs():
+        # A process scoped to other namespaces (durable_worker --namespace) only writes the run.
+        if not engine.transport.takes_leased_runs() or not serves_namespace(engine.namespaces, namespace):
             created = engine.store.create_run(fields)
             if created:
-                ring(lambda: engine.transport.dispatch_turn(run_id))
+                ring(lambda: engine.transport.dispatch_turn(run_id, namespace=namespace))
             return created
         now = engine.clock.now()
         run = engine.store.create_leased_run(fields, engine.owner, now, now + timedelta(seconds=engine.settings.lease))

@@ -56,7 +56,7 @@ def execute_step(
         sd = engine.registry.get_step(claim.name)
     except StepNotFound as exc:
         error = error_record(exc, code="step_not_registered", retryable=False)
-        _settle(engine, run_id, seq, continue_turn, mine, claim.queue, error=error)
+        _settle(engine, run_id, seq, continue_turn, mine, claim.queue, error=error, namespace=claim.namespace)
         return StepResult.FAILED
 
     hold = engine.keeper.hold(
@@ -81,16 +81,16 @@ def execute_step(
                 # Its slot is free and it waits again: the sweep admits it once the retry is due.
                 admission.admit_next(engine, [claim.queue])
             else:
-                engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay)
+                engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay, namespace=claim.namespace)
             span.end(StepResult.RETRYING)
             return StepResult.RETRYING
         span.end(StepResult.FAILED)
-        _settle(engine, run_id, seq, continue_turn, mine, claim.queue, error=err)
+        _settle(engine, run_id, seq, continue_turn, mine, claim.queue, error=err, namespace=claim.namespace)
         return StepResult.FAILED
     finally:
         hold.release()
     span.end(StepResult.COMPLETED)
-    _settle(engine, run_id, seq, continue_turn, mine, claim.queue, output=output)
+    _settle(engine, run_id, seq, continue_turn, mine, claim.queue, output=output, namespace=claim.namespace)
     return StepResult.COMPLETED
 
 
@@ -122,6 +122,7 @@ def _settle(
     *,
     output: Any = None,
     error: dict[str, Any] | None = None,
+    namespace: str | None = None,
 ) -> None:
     """Record the step's outcome and continue its run.
 
@@ -144,7 +145,7 @@ def _settle(
     woken = engine.store.finish_step(run_id, seq, now, output=output, error=error, claim=claim, admission=read)
     admission.after_result(engine, queue, read)
     if woken:
-        engine.transport.dispatch_turn(run_id)
+        engine.transport.dispatch_turn(run_id, namespace=namespace)
 
 
 def _continue(engine: Engine, run_id: str, inline: bool) -> None:

@@ -141,5 +141,5 @@ def _continue_as_new(turn: Turn, value: Any) -> Outcome:
     except DurableError as exc:
         return Outcome(RunStatus.FAILED, error=error_record(exc, code="continue_as_new_failed", retryable=False))
     fields = successor_fields(wf, next_id, cleaned, run, now=engine.clock.now(), parent_id=run.parent_id)
-    turn.after_commit(lambda: engine.transport.dispatch_turn(next_id))
+    turn.after_commit(lambda: engine.transport.dispatch_turn(next_id, namespace=run.namespace))
     return Outcome(RunStatus.COMPLETED, output={"continued_as": next_id}, next_run=fields)

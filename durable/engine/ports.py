@@ -304,11 +304,15 @@ class Transport(Protocol):
     A transport may lose messages: the sweeps find the work again in the database.
     ``dispatch_turn`` and ``dispatch_step`` are required; the other methods are
     optional capabilities with safe defaults, which a transport that subclasses
-    this protocol inherits (callers never probe for them).
+    this protocol inherits (callers never probe for them). ``namespace`` is the
+    run's namespace when the caller knows it (None: the transport reads it if
+    it needs it; a run's namespace never changes).
     """
 
-    def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None: ...
-    def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None: ...
+    def dispatch_turn(self, run_id: str, *, delay: float = 0.0, namespace: str | None = None) -> None: ...
+    def dispatch_step(
+        self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0, namespace: str | None = None
+    ) -> None: ...
 
     def takes_leased_runs(self) -> bool:
         """True when :meth:`run_leased` runs a turn in this process at once.

@@ -288,7 +288,7 @@ def _dispatch_after(engine: Engine, ready: ReadyTurn, result: CommitResult) -> N
         run_id = ready.run.id
         delay = (result.wake_at - ready.done).total_seconds()
         try:
-            engine.transport.dispatch_turn(run_id, delay=max(delay, 0.0))
+            engine.transport.dispatch_turn(run_id, delay=max(delay, 0.0), namespace=ready.run.namespace)
         except Exception:
             logger.warning(
                 "could not dispatch the next turn of %s; the sweep will",

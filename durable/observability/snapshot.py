@@ -16,6 +16,7 @@ from django.db.models import Count, Min, Q
 from django.db.models.functions import Coalesce
 
 from durable import runtime
+from durable.engine.namespaces import queue_for
 from durable.engine.vocab import ACTIVE, CheckpointKind, CheckpointStatus, RunStatus
 from durable.models import Checkpoint, Run
 from durable.observability.tenancy import NamespaceState, namespaces
@@ -92,10 +93,19 @@ def _ready_steps() -> Any:
 
 
 def _queues(engine: Any, now: datetime) -> dict[str, QueueState]:
+    """Ready steps and live Celery workers per broker queue (a namespace's own under ``NAMESPACE_QUEUES``)."""
     pending: dict[str, tuple[int, float | None]] = {}
-    rows = _ready_steps().filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now)).order_by().values("queue")
+    settings = engine.settings
+    rows = _ready_steps().filter(Q(retry_at__isnull=True) | Q(retry_at__lte=now)).order_by()
+    rows = rows.values("queue", "run__namespace")
     for row in rows.annotate(n=Count("id"), oldest=Min("ready_at")):
-        name = row["queue"] or DEFAULT_QUEUE  # (two rows when steps name the default queue and others none)
+        queue = queue_for(
+            row["queue"],
+            row["run__namespace"],
+            own_queues=settings.namespace_queues,
+            default=settings.default_namespace,
+        )
+        name = queue or DEFAULT_QUEUE  # (several rows when steps name the default queue and others none)
         count, oldest = pending.get(name, (0, None))
         ages = [a for a in (oldest, _age(now, row["oldest"])) if a is not None]
         pending[name] = (count + row["n"], max(ages) if ages else None)

@@ -26,5 +26,5 @@ def build(name: str, get_engine: Callable[[], Engine], threads: int) -> Transpor
     if name == "celery":
         from durable.transports.celery import CeleryTransport
 
-        return CeleryTransport()
+        return CeleryTransport(get_engine)
     raise ValueError(f"unknown transport {name!r}")

@@ -8,7 +8,11 @@ done is re-derived from the database by the beat sweeps.
 Routing: turns go to ``DEFAULT_QUEUE`` ("durable"). A step goes to its
 ``queue=``, else to the part of its name before the first dot
 (``"payments.charge"`` → ``"payments"``), else to ``DEFAULT_QUEUE``. Run
-``celery -A project worker -Q payments`` to serve only payment steps.
+``celery -A project worker -Q payments`` to serve only payment steps. With
+``DURABLE["NAMESPACE_QUEUES"]``, a run of a namespace other than the default
+one uses that namespace's queues instead (``"durable.ns.acme"``,
+``"payments.ns.acme"``: :func:`durable.engine.namespaces.queue_for`), so
+``-Q durable.ns.acme,payments.ns.acme`` serves only acme's runs.
 
 Sweeps: beat sends ``durable.sweep`` every ``SWEEP_INTERVAL`` to
 ``SWEEP_QUEUE`` ("durable.sweeps"), a queue of their own. On the work queue a
@@ -21,9 +25,15 @@ or a small dedicated one, ``-Q durable.sweeps -c 1``.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
+from durable.engine.namespaces import queue_for
 from durable.engine.ports import Transport
+from durable.transports.namespaces import RunNamespaces
+
+if TYPE_CHECKING:
+    from durable.engine.core import Engine
 
 logger = logging.getLogger("durable.celery")
 
@@ -41,21 +51,48 @@ DB_REUSE_MAX = 100
 
 
 class CeleryTransport(Transport):
-    def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
+    def __init__(self, get_engine: Callable[[], Engine] | None = None) -> None:
+        """``get_engine``: the engine whose settings and store it reads (default: the process's)."""
+        self._get_engine = get_engine or _process_engine
+        self._namespaces = RunNamespaces(self._get_engine)
+
+    def dispatch_turn(self, run_id: str, *, delay: float = 0.0, namespace: str | None = None) -> None:
         from durable.tasks import run_turn
 
         if delay > MAX_COUNTDOWN:
             return
-        run_turn.apply_async(args=[run_id], queue=DEFAULT_QUEUE, countdown=delay or None)
+        queue = self._queue(run_id, None, namespace) or DEFAULT_QUEUE
+        run_turn.apply_async(args=[run_id], queue=queue, countdown=delay or None)
 
-    def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None:
+    def dispatch_step(
+        self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0, namespace: str | None = None
+    ) -> None:
         from durable.tasks import execute_step
 
         if delay > MAX_COUNTDOWN:
             return
         execute_step.apply_async(
-            args=[run_id, seq], queue=queue or DEFAULT_QUEUE, countdown=delay or None, headers=_trace_headers()
+            args=[run_id, seq],
+            queue=self._queue(run_id, queue, namespace) or DEFAULT_QUEUE,
+            countdown=delay or None,
+            headers=_trace_headers(),
         )
+
+    def _queue(self, run_id: str, route: str | None, namespace: str | None) -> str | None:
+        """The broker queue of ``route`` for this run: its namespace's under ``NAMESPACE_QUEUES``."""
+        settings = self._get_engine().settings
+        if not settings.namespace_queues:
+            return route
+        found = self._namespaces.of(run_id, namespace)
+        if found is None:
+            return route  # the run is gone: its message finds nothing to do
+        return queue_for(route, found, own_queues=True, default=settings.default_namespace)
+
+
+def _process_engine() -> Engine:
+    from durable import runtime
+
+    return runtime.get_engine()
 
 
 def _trace_headers() -> dict[str, str] | None:

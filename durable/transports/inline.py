@@ -8,6 +8,11 @@ embedded worker), a delayed turn is left to that loop instead, nudged to
 look again by its due time: the loop claims due runs by the page and
 commits their turns together, where timed turns would each take a lease,
 read a history and commit on their own.
+
+In a process scoped to namespaces (``durable_worker --namespace``) it runs only
+their runs' turns and steps: work it announces for another namespace (a run
+its workflow signalled or started, a waiter its run woke) is left in the
+database, where that namespace's worker takes it.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from django.db import close_old_connections
 
 from durable.engine.ports import RunRecord, Transport
 from durable.engine.requirements import serves
+from durable.transports.namespaces import RunNamespaces
 
 if TYPE_CHECKING:
     from durable.engine.core import Engine
@@ -45,6 +51,7 @@ class InlineTransport(Transport):
         self._timer: threading.Thread | None = None
         self._closed = False
         self._loop_nudge: Callable[[float], None] | None = None
+        self._namespaces = RunNamespaces(get_engine)
 
     def attach_loop(self, nudge: Callable[[float], None] | None) -> None:
         """Leave delayed turns to this process's worker loop; ``nudge(delay)`` wakes it in time.
@@ -53,7 +60,9 @@ class InlineTransport(Transport):
         """
         self._loop_nudge = nudge
 
-    def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
+    def dispatch_turn(self, run_id: str, *, delay: float = 0.0, namespace: str | None = None) -> None:
+        if not self._serves(run_id, namespace):
+            return  # another namespace's run: its worker's due sweep takes it from the table
         nudge = self._loop_nudge
         if delay > 0 and nudge is not None:
             nudge(delay)  # the run's wake_at is stored: the loop's sweep takes it when due
@@ -67,10 +76,20 @@ class InlineTransport(Transport):
         """Run the first turn of a run this process inserted already leased (see ``durable.start``)."""
         self._submit(lambda: self._get_engine().run_turn(run.id, acquired=run, fresh=True), 0.0)
 
-    def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None:
-        if not serves(self._get_engine().capabilities, queue):
-            return  # it needs a capability this process lacks: a worker that has it takes it from the table
+    def dispatch_step(
+        self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0, namespace: str | None = None
+    ) -> None:
+        if not serves(self._get_engine().capabilities, queue) or not self._serves(run_id, namespace):
+            return  # a capability this process lacks, or another namespace's: its worker takes it from the table
         self._submit(lambda: self._get_engine().execute_step(run_id, seq), delay)
+
+    def _serves(self, run_id: str, namespace: str | None) -> bool:
+        """Whether this process runs ``run_id``'s work (scoped: only its namespaces'; the row is read if needed)."""
+        scoped = self._get_engine().namespaces
+        if scoped is None:
+            return True
+        found = self._namespaces.of(run_id, namespace)
+        return found is not None and found in scoped
 
     def _submit(self, job: Callable[[], Any], delay: float) -> None:
         if self._closed:

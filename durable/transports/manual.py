@@ -6,8 +6,10 @@ from durable.engine.ports import Transport
 
 
 class ManualTransport(Transport):
-    def dispatch_turn(self, run_id: str, *, delay: float = 0.0) -> None:
+    def dispatch_turn(self, run_id: str, *, delay: float = 0.0, namespace: str | None = None) -> None:
         return None
 
-    def dispatch_step(self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0) -> None:
+    def dispatch_step(
+        self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0, namespace: str | None = None
+    ) -> None:
         return None

@@ -186,5 +186,6 @@ def traced(ctx: durable.WorkflowContext, x: int) -> int:
     return int(ctx.step(alpha_square, b, None))
 
 
-# The real-process tests of limited queues (tests/integration/test_queues.py).
+# The real-process tests of limited queues and of namespace queues (test_queues.py, test_namespaces.py).
+from tests.integration import namespace_workflows as _namespace_workflows  # noqa: E402,F401
 from tests.integration import queue_workflows as _queue_workflows  # noqa: E402,F401

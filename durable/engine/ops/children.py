@@ -132,7 +132,8 @@ class ChildOps(StepOps, WaitOps):
             fields["trace_context"] = span.context()
             span.end("started")
         port.create_run(fields)
-        port.after_commit(lambda: engine.transport.dispatch_turn(child_id))
+        namespace = self.namespace  # a child runs in its parent's namespace
+        port.after_commit(lambda: engine.transport.dispatch_turn(child_id, namespace=namespace))
         return None
 
     def _child(self, spec: ChildCall) -> Settled:

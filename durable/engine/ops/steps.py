@@ -17,6 +17,7 @@ from typing import Any
 from durable.engine import admission, observe
 from durable.engine.current_step import StepInfo, running
 from durable.engine.history import COMPLETED, FAILED, PENDING, RUNNING
+from durable.engine.namespaces import queue_for
 from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.ops.base import OpsBase
 from durable.engine.plan_queues import step_key
@@ -158,7 +159,7 @@ class StepOps(OpsBase):
             self._port.await_step(seq)
             raise self._suspend(event=True)
         # A step of a limited queue always waits for its admission (never run eagerly).
-        eager = engine.settings.eager_steps and sd.route in engine.eager_routes and not sd.timeout
+        eager = engine.settings.eager_steps and self._broker_queue(sd) in engine.eager_routes and not sd.timeout
         if eager and not admission.limited(engine, sd.route):
             return self._run_here(seq, sd, args, kwargs, undo)
         self._dispatch_step(seq, sd, args, kwargs, queue_key)
@@ -183,8 +184,9 @@ class StepOps(OpsBase):
         payload = to_json({"args": list(args), "kwargs": kwargs}, f"arguments of step {sd.name!r}")
         port = self._port
         # Checked before the pending write: a step nobody can run parks the run.
-        if not port.can_serve(sd.name, sd.route):
-            raise Blocked(_unserved(sd))
+        queue = self._broker_queue(sd)
+        if not port.can_serve(sd.name, queue):
+            raise Blocked(_unserved(sd, queue))
         now = self._clock.now()
         engine = self._engine
         if admission.limited(engine, sd.route):
@@ -199,8 +201,15 @@ class StepOps(OpsBase):
                 seq, sd.name, PENDING, create=True, input=payload, queue=sd.route, enqueued_at=now, wake_at=wake_at
             )
         )
-        run_id = self.run_id
-        port.after_commit(lambda: engine.transport.dispatch_step(run_id, seq, sd.route))
+        run_id, namespace = self.run_id, self.namespace
+        port.after_commit(lambda: engine.transport.dispatch_step(run_id, seq, sd.route, namespace=namespace))
+
+    def _broker_queue(self, sd: StepDef) -> str | None:
+        """The queue this run's step is sent on: its route, in the run's namespace's queues under
+        ``NAMESPACE_QUEUES`` (what a Celery worker consumes; the route stays the name it is limited by)."""
+        settings = self._engine.settings
+        own = settings.namespace_queues
+        return queue_for(sd.route, self.namespace, own_queues=own, default=settings.default_namespace)
 
     def _call_key(self, sd: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], queue_key: Any) -> str | None:
         """The key a call of a limited queue's step counts against: ``queue_key=``, else the step's ``key``."""
@@ -275,7 +284,10 @@ class StepOps(OpsBase):
             if delay is not None:
                 retry_at = self._clock.now() + timedelta(seconds=delay)
                 settle(PENDING, error=err, retry_at=retry_at, wake_at=retry_at)
-                port.after_commit(lambda: engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay))
+                namespace = self.namespace
+                port.after_commit(
+                    lambda: engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay, namespace=namespace)
+                )
                 raise self._suspend(event=True) from None
             settle(FAILED, error=err, finished_at=self._clock.now())
             port.flush()
@@ -288,12 +300,12 @@ class StepOps(OpsBase):
         return output
 
 
-def _unserved(sd: StepDef) -> dict[str, Any]:
-    """Why a run waits (``blocked``): no live worker serves step ``sd`` (or has what it requires)."""
+def _unserved(sd: StepDef, queue: str | None) -> dict[str, Any]:
+    """Why a run waits (``blocked``): no live worker serves step ``sd`` on ``queue`` (or has what it requires)."""
     if sd.requires:
         needs = ", ".join(sd.requires)
-        message = f"no live worker with capability {needs} serves step {sd.name!r} (queue {sd.route!r})"
+        message = f"no live worker with capability {needs} serves step {sd.name!r} (queue {queue!r})"
     else:
-        message = f"no live worker serves step {sd.name!r} on queue {sd.route or 'default'!r}"
+        message = f"no live worker serves step {sd.name!r} on queue {queue or 'default'!r}"
     reason = {"message": message, "code": "no_capable_worker", "retryable": True, "type": "Blocked"}
-    return {**reason, "traceback": None, "step": sd.name, "queue": sd.route, "requires": list(sd.requires)}
+    return {**reason, "traceback": None, "step": sd.name, "queue": queue, "requires": list(sd.requires)}
