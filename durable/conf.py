@@ -110,6 +110,13 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
 ``CALLBACK_URL``          ``"/api/durable/callbacks/{token}/"``. The URL a
                           callback handle gives out; set it to the absolute URL
                           where ``durable_dashboard.urls`` is mounted.
+``CODEC``                 None (payloads in clear). Dotted path of a codec class
+                          that encodes every payload before it reaches the
+                          database: ``"durable.codecs.AESGCMCodec"`` (extra
+                          ``encryption``) or your own (docs: Encryption).
+``CODEC_KEYS``            {}. The codec's keys, key id to urlsafe-base64 key
+                          (32 bytes for AES-GCM); the first encrypts, every
+                          key listed decrypts.
 """
 
 from __future__ import annotations
@@ -122,6 +129,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
+from durable.codecs import config as codecs
 from durable.engine import retention
 from durable.engine.durations import to_seconds
 from durable.engine.plan_queues import QueueLimits, parse_limits
@@ -168,6 +176,8 @@ DEFAULTS: dict[str, Any] = {
     "HISTORY_CACHE_SIZE": 2000,
     "HISTORY_CACHE_IDLE": 300.0,
     "HISTORY_CACHE_CHECKPOINTS": 200_000,
+    "CODEC": None,
+    "CODEC_KEYS": {},
 }
 
 _DURATIONS = (
@@ -238,6 +248,8 @@ class DurableSettings:
     history_cache_checkpoints: int = 200_000
     # Each non-default namespace's work on queues of its own (NAMESPACE_QUEUES; durable.engine.namespaces).
     namespace_queues: bool = False
+    # The payload codec (durable.codecs.Codec) built from CODEC and CODEC_KEYS; None: payloads in clear.
+    codec: Any = None
 
 
 def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
@@ -284,6 +296,7 @@ def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
     size = values["HISTORY_CACHE_SIZE"]
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         found.append(f"settings.DURABLE['HISTORY_CACHE_SIZE'] must be an integer >= 0 (0: off), got {size!r}")
+    codecs.build(values, found)
     return values, found
 
 
@@ -386,6 +399,7 @@ def parse(raw: Any) -> DurableSettings:
         history_cache_idle=values["HISTORY_CACHE_IDLE"],
         history_cache_checkpoints=values["HISTORY_CACHE_CHECKPOINTS"],
         namespace_queues=values["NAMESPACE_QUEUES"],
+        codec=values["CODEC"],
     )
 
 

@@ -109,6 +109,15 @@ class EngineFault(BaseException):
         super().__init__(f"{type(original).__name__}: {original}")
 
 
+class CodecError(BaseException):
+    """A stored payload did not decode (tampered, or under a key no longer configured).
+
+    The turn that meets it fails its run with code ``codec_error`` and this
+    message; derived from ``BaseException`` so that a workflow's ``except
+    Exception:`` cannot swallow it into a crash loop of retries.
+    """
+
+
 class Blocked(BaseException):
     """The run cannot go on in this deployment (no capable worker); park it ``blocked``."""
 

@@ -1,14 +1,15 @@
 """Durable state: runs, their checkpoints, signal waiters and buffered signals.
 
-These tables are the truth. Everything a worker or broker holds can be
-re-derived from them by a sweep. All reads and writes go through
-:mod:`durable.store`; nothing else updates these models.
+These tables are the truth: a sweep re-derives from them all a worker or broker holds. All writes go
+through :mod:`durable.store`. User payloads are ``PayloadField`` columns (encoded by ``DURABLE["CODEC"]``).
 """
 
 from __future__ import annotations
 
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+
+from durable.codecs.fields import PayloadField
 
 # Re-exported: the dashboard and older imports read the statuses from here.
 from durable.engine.vocab import ACTIVE as ACTIVE
@@ -86,9 +87,9 @@ class Run(models.Model):
     version = models.PositiveIntegerField(default=1)
     status = models.CharField(max_length=16, choices=RUN_STATUS_CHOICES, default=RunStatus.PENDING)
     namespace = models.CharField(max_length=100, default="default")
-    input = models.JSONField(null=True, blank=True)
-    output = models.JSONField(null=True, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    input = PayloadField(null=True, blank=True)
+    output = PayloadField(null=True, blank=True)
+    error = PayloadField(null=True, blank=True, error=True)
     wake_at = models.DateTimeField(null=True, blank=True)
     locked_by = models.CharField(max_length=100, null=True, blank=True)
     locked_until = models.DateTimeField(null=True, blank=True)
@@ -107,7 +108,7 @@ class Run(models.Model):
     # Continue-as-new: the run that carries on from this one.
     continued_to = models.CharField(max_length=255, null=True, blank=True)
     # Values published with ctx.set_event(key, value), read with durable.get_event.
-    query_values = models.JSONField(default=dict, blank=True)
+    query_values = PayloadField(default=dict, blank=True)
     # ctx.patched(...) change ids this run took the new code path for.
     patches = models.JSONField(default=list, blank=True)
     # durable.cancel(compensate=True) asked this run to undo its steps and stop.
@@ -136,6 +137,7 @@ class Run(models.Model):
 
     class Meta:
         ordering = ("-created_at",)
+        permissions = [("view_payloads", "Can view workflow payloads (inputs, outputs, errors, signals)")]
         indexes = [
             # due timers / wakes, and pending runs to pick up
             models.Index(fields=["status", "wake_at"], name="durable_run_status_wake"),
@@ -200,9 +202,9 @@ class Checkpoint(models.Model):
     name = models.CharField(max_length=200)
     kind = models.CharField(max_length=16, choices=CHECKPOINT_KIND_CHOICES)
     status = models.CharField(max_length=16, choices=CHECKPOINT_STATUS_CHOICES)
-    input = models.JSONField(null=True, blank=True)
-    output = models.JSONField(null=True, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    input = PayloadField(null=True, blank=True)
+    output = PayloadField(null=True, blank=True)
+    error = PayloadField(null=True, blank=True, error=True)
     attempts = models.PositiveIntegerField(default=0)
     # Timer due time; for a dispatched step, when a sweep should (re)dispatch it if
     # no worker took it (pending) or presume its worker lost (running, the lease).
@@ -217,8 +219,8 @@ class Checkpoint(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
-    progress = models.JSONField(null=True, blank=True)
-    events = models.JSONField(default=list, blank=True)
+    progress = PayloadField(null=True, blank=True)
+    events = PayloadField(default=list, blank=True)
     # A step of a limited queue (DURABLE["QUEUES"]): its key (key_concurrency, fairness), where
     # it stands with its queue (None for other steps) and when its last admission let it start.
     queue_key = models.CharField(max_length=255, null=True, blank=True)
@@ -270,7 +272,7 @@ class SignalWaiter(models.Model):
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="waiters")
     name = models.CharField(max_length=300)
     seq = models.PositiveIntegerField()
-    match = models.JSONField(null=True, blank=True)
+    match = PayloadField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock_now)
 
     class Meta:
@@ -289,7 +291,7 @@ class BufferedSignal(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="buffered_signals")
     name = models.CharField(max_length=200)
-    payload = models.JSONField(null=True, blank=True)
+    payload = PayloadField(null=True, blank=True)
     created_at = models.DateTimeField(default=clock_now)
 
     class Meta:
@@ -305,7 +307,7 @@ class BufferedEvent(models.Model):
 
     event_id = models.CharField(max_length=255, unique=True)
     name = models.CharField(max_length=200)
-    payload = models.JSONField(null=True, blank=True)
+    payload = PayloadField(null=True, blank=True)
     # Delivered (to waiters or a buffered taker): kept so the same event id is never delivered twice.
     consumed = models.BooleanField(default=False)
     created_at = models.DateTimeField(default=clock_now)
@@ -328,7 +330,7 @@ class LifecycleBatch(models.Model):
 
     subscriber = models.CharField(max_length=200)
     key = models.CharField(max_length=255, default="")
-    events = models.JSONField(default=list)
+    events = PayloadField(default=list)
     source_ids = models.JSONField(default=list)
     opened_at = models.DateTimeField(default=clock_now)
     fire_at = models.DateTimeField(db_index=True)
@@ -372,7 +374,7 @@ class Entity(models.Model):
 
     name = models.CharField(max_length=100)
     key = models.CharField(max_length=200)
-    state = models.JSONField(null=True, blank=True)
+    state = PayloadField(null=True, blank=True)
     ops = models.BigIntegerField(default=0)
     created_at = models.DateTimeField(default=clock_now)
     updated_at = models.DateTimeField(default=clock_now)
@@ -397,10 +399,10 @@ class EntityOp(models.Model):
     op_id = models.CharField(max_length=300)
     seq = models.BigIntegerField()
     op = models.CharField(max_length=100)
-    arg = models.JSONField(null=True, blank=True)
+    arg = PayloadField(null=True, blank=True)
     status = models.CharField(max_length=16, choices=[(s.value, s.value.capitalize()) for s in EntityOpStatus])
-    result = models.JSONField(null=True, blank=True)
-    error = models.JSONField(null=True, blank=True)
+    result = PayloadField(null=True, blank=True)
+    error = PayloadField(null=True, blank=True, error=True)
     created_at = models.DateTimeField(default=clock_now)
 
     class Meta:

@@ -16,7 +16,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import CharField, QuerySet, Value
 from django.db.models.fields.json import KT
 from django.db.models.functions import Substr
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -30,7 +30,7 @@ from django.utils.translation import gettext_lazy as _
 from durable import runtime
 from durable.exceptions import DurableError
 from durable.models import ACTIVE, TERMINAL, CheckpointKind, Run, RunStatus
-from durable_dashboard import admin_pages, conf, operations, summary, timeline
+from durable_dashboard import admin_pages, conf, operations, payloads, summary, timeline
 from durable_dashboard.admin_filters import (
     CreatedFilter,
     ErrorCodeFilter,
@@ -172,8 +172,10 @@ class RunChangeList(ChangeList):
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Run]:
         queryset: QuerySet[Run] = super().get_queryset(request, exclude_parameters).only(*LIST_FIELDS)
+        # The message is a payload: without durable.view_payloads only the code (kept in clear) shows.
+        start = Substr(KT("error__message"), 1, ERROR_PREVIEW) if payloads.can_view_payloads(request.user) else None
         return queryset.annotate(
-            error_code=KT("error__code"), error_start=Substr(KT("error__message"), 1, ERROR_PREVIEW)
+            error_code=KT("error__code"), error_start=Value(None, CharField()) if start is None else start
         )
 
 
@@ -310,6 +312,11 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
     def detail_context(self, request: HttpRequest, run: Run) -> dict[str, Any]:
         visible = visible_runs(request.user)
         checkpoints = list(run.checkpoints.order_by("seq"))
+        signals = list(run.buffered_signals.order_by("id"))
+        shown = payloads.can_view_payloads(request.user)
+        payloads.redact([run], payloads.RUN_PAYLOADS, shown)
+        payloads.redact(checkpoints, payloads.CHECKPOINT_PAYLOADS, shown)
+        payloads.redact(signals, ("payload",), shown)
         waiters = list(run.waiters.order_by("seq"))
         children = list(visible.filter(parent_id=run.id).only(*LIST_FIELDS).order_by("created_at")[:100])
         parent = visible.filter(id=run.parent_id).only(*LIST_FIELDS).first() if run.parent_id else None
@@ -345,10 +352,7 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
             "live_interval": conf.get("LIVE_INTERVAL"),
             "timeline": timeline.build_timeline(run, checkpoints, now),
             "next_wake": timeline.next_wake(run, checkpoints),
-            "buffered_signals": [
-                (timeline.masked(sig.name), sig, timeline.pretty(sig.payload))
-                for sig in run.buffered_signals.order_by("id")
-            ],
+            "buffered_signals": [(timeline.masked(sig.name), sig, timeline.pretty(sig.payload)) for sig in signals],
             "children": children,
             "parent": parent,
             "retry_of": retry_of,
@@ -364,7 +368,9 @@ class RunAdmin(StorableQueryMixin, ReadOnlyMixin, _ModelAdmin):
     def offered_actions(self, request: HttpRequest, run: Run, waiting: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The actions this user may take on this run now; the signal form names the awaited signal."""
         awaited = next((w["what"] for w in waiting if w["kind"] == CheckpointKind.SIGNAL), None)
-        initial = {"retry": {"input": run.input}, "signal": {"name": awaited} if awaited else {}}
+        # Retry offers the run's input to edit: only to whoever may see it.
+        retry_input = run.input if payloads.can_view_payloads(request.user) else None
+        initial = {"retry": {"input": retry_input}, "signal": {"name": awaited} if awaited else {}}
         return [
             {
                 "name": action,

@@ -26,7 +26,7 @@ from durable import runtime
 from durable.engine.vocab import UNSETTLED, CheckpointKind, CheckpointStatus
 from durable.models import Checkpoint, Run
 from durable.observability.tenancy import namespaces, worker_namespaces
-from durable_dashboard import conf, operations
+from durable_dashboard import conf, operations, payloads
 from durable_dashboard.filters import json_list_has, storable
 from durable_dashboard.forms import StartForm, form_for
 from durable_dashboard.models import AuditEntry
@@ -96,7 +96,8 @@ def _confirm_form(action: str, run: Run, request: HttpRequest) -> Any:
     """The confirmation page's form; a fork starts from the row's position and the run's input."""
     if action != "fork":
         return form_for(action)()
-    return form_for(action)(initial={"from_seq": request.GET.get("from_seq"), "input": run.input})
+    shown = run.input if payloads.can_view_payloads(request.user) else None
+    return form_for(action)(initial={"from_seq": request.GET.get("from_seq"), "input": shown})
 
 
 def bulk(admin: RunAdmin, request: HttpRequest, queryset: QuerySet[Run], action: str) -> Any:
@@ -156,15 +157,17 @@ def start_view(admin: RunAdmin, request: HttpRequest) -> HttpResponse:
 def download_view(admin: RunAdmin, request: HttpRequest, object_id: str) -> HttpResponse:
     """The run (input, output, error, history) as a JSON file; ``?inline=1`` for copying."""
     run = _run_or_404(admin, request, object_id)
-    response = JsonResponse(run_document(run), json_dumps_params={"indent": 2, "sort_keys": True})
+    response = JsonResponse(
+        run_document(run, payloads.can_view_payloads(request.user)), json_dumps_params={"indent": 2, "sort_keys": True}
+    )
     if not request.GET.get("inline"):
         name = "".join(c if c.isalnum() or c in "-_." else "_" for c in run.id)[:100]
         response["Content-Disposition"] = f'attachment; filename="run-{name}.json"'
     return response
 
 
-def run_document(run: Run) -> dict[str, Any]:
-    """Everything an operator needs to look at a run elsewhere (or attach it to a ticket)."""
+def run_document(run: Run, shown: bool = False) -> dict[str, Any]:
+    """Everything an operator needs to look at a run elsewhere; payloads only when ``shown`` (view_payloads)."""
     fields = (
         "id",
         "workflow",
@@ -183,13 +186,16 @@ def run_document(run: Run) -> dict[str, Any]:
     history_times = ("enqueued_at", "started_at", "finished_at")
     doc: dict[str, Any] = {name: getattr(run, name) for name in fields}
     doc.update({name: _iso(getattr(run, name)) for name in times})
+    checkpoints = list(run.checkpoints.order_by("seq"))
+    payloads.redact([run], payloads.RUN_PAYLOADS, shown)
+    payloads.redact(checkpoints, payloads.CHECKPOINT_PAYLOADS, shown)
     doc.update(input=run.input, output=run.output, error=run.error, search_attributes=run.search_attributes)
     doc["history"] = [
         {
             **{name: getattr(cp, name) for name in history_fields},
             **{name: _iso(getattr(cp, name)) for name in history_times},
         }
-        for cp in run.checkpoints.order_by("seq")
+        for cp in checkpoints
     ]
     plain: dict[str, Any] = json.loads(json.dumps(doc, default=str))
     return plain

@@ -16,6 +16,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from durable.models import Entity, EntityOp
+from durable_dashboard import payloads
 
 if TYPE_CHECKING:
     _ModelAdmin = admin.ModelAdmin[Any]
@@ -27,7 +28,14 @@ RECENT_OPS = 50
 
 
 def _json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+
+
+def _error(error: Any) -> str:
+    """An op's error as ``Type: message``, or as JSON when hidden (no message to show)."""
+    if isinstance(error, dict) and "message" in error:
+        return f"{error.get('type')}: {error.get('message')}"
+    return _json(error)
 
 
 @admin.register(Entity)
@@ -44,6 +52,14 @@ class EntityAdmin(_ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
+    def get_object(self, request: HttpRequest, object_id: str, from_field: str | None = None) -> Any:
+        """The entity, its state replaced by what this user may see of it (durable.view_payloads)."""
+        obj = super().get_object(request, object_id, from_field)
+        if obj is not None:
+            obj.payloads_shown = payloads.can_view_payloads(request.user)
+            payloads.redact([obj], ("state",), obj.payloads_shown)
+        return obj
+
     def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -56,7 +72,8 @@ class EntityAdmin(_ModelAdmin):
 
     @admin.display(description=f"Recent operations (newest {RECENT_OPS})")
     def recent_ops(self, obj: Entity) -> SafeString:
-        rows = EntityOp.objects.filter(entity=obj).order_by("-seq")[:RECENT_OPS]
+        rows = list(EntityOp.objects.filter(entity=obj).order_by("-seq")[:RECENT_OPS])
+        payloads.redact(rows, ("arg", "result", "error"), getattr(obj, "payloads_shown", False))
         if not rows:
             return format_html("<em>{}</em>", "none")
         body = format_html_join(
@@ -70,7 +87,7 @@ class EntityAdmin(_ModelAdmin):
                     op.op_id,
                     op.status,
                     _json(op.arg),
-                    _json(op.result) if op.error is None else f"{op.error.get('type')}: {op.error.get('message')}",
+                    _json(op.result) if op.error is None else _error(op.error),
                     op.created_at.isoformat(),
                 )
                 for op in rows

@@ -20,7 +20,7 @@ from rest_framework.views import APIView
 from durable import runtime
 from durable.engine.entities import check_key
 from durable_dashboard.api_base import JSONEndpoint, documented
-from durable_dashboard.serializers import AnyJSONField, ErrorSerializer
+from durable_dashboard.serializers import ErrorSerializer, PayloadJSONField
 
 VIEW_ENTITIES = "durable.view_entity"
 DEFAULT_OPS = 20
@@ -43,10 +43,10 @@ class EntityOpSerializer(serializers.Serializer[Any]):
     seq = serializers.IntegerField()
     op_id = serializers.CharField()
     op = serializers.CharField()
-    arg = AnyJSONField()
+    arg = PayloadJSONField()
     status = serializers.CharField(help_text="completed or failed")
-    result = AnyJSONField()
-    error = AnyJSONField()
+    result = PayloadJSONField()
+    error = PayloadJSONField()
     created_at = serializers.DateTimeField()
 
 
@@ -55,7 +55,7 @@ class EntitySerializer(serializers.Serializer[Any]):
 
     name = serializers.CharField()
     key = serializers.CharField()
-    state = AnyJSONField()
+    state = PayloadJSONField()
     ops = serializers.IntegerField(help_text="Operations applied to the key (the last one's position).")
     created_at = serializers.DateTimeField(allow_null=True)
     updated_at = serializers.DateTimeField(allow_null=True)
@@ -91,4 +91,4 @@ class EntityDetailView(JSONEndpoint, APIView):
             row["updated_at"] = found.updated_at
         recent = store.entity_ops(name, key, limit) if found is not None and limit else []
         data = {"name": name, "key": key, **row, "recent_ops": [op.__dict__ for op in recent]}
-        return Response(EntitySerializer(data).data)
+        return Response(EntitySerializer(data, context={"request": request}).data)

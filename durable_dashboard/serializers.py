@@ -13,6 +13,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from durable.codecs.fields import PayloadField
 from durable.models import (
     ACTIVE,
     Admission,
@@ -24,7 +25,7 @@ from durable.models import (
     SignalWaiter,
 )
 from durable.queues import step_wait_reason
-from durable_dashboard import conf
+from durable_dashboard import conf, payloads
 from durable_dashboard.filters import RunFilter
 from durable_dashboard.timeline import masked
 
@@ -39,6 +40,25 @@ class AnyJSONField(serializers.JSONField):
         kwargs.setdefault("required", False)
         kwargs.setdefault("allow_null", True)
         super().__init__(**kwargs)
+
+
+@extend_schema_field(OpenApiTypes.ANY)
+class PayloadJSONField(AnyJSONField):
+    """A payload: its value to users with ``durable.view_payloads``, else ``{"hidden": true, "bytes": N}``.
+
+    The user is the request's in the serializer's context; without one, payloads are hidden.
+    """
+
+    def to_representation(self, value: Any) -> Any:
+        request = self.context.get("request")
+        visible = payloads.can_view_payloads(getattr(request, "user", None))
+        return payloads.shown(value, visible, error=self.field_name == "error")
+
+
+class PayloadColumns:
+    """ModelSerializer mixin: the model's payload columns are :class:`PayloadJSONField`."""
+
+    serializer_field_mapping = {**serializers.ModelSerializer.serializer_field_mapping, PayloadField: PayloadJSONField}
 
 
 class StrictRegexField(serializers.RegexField):
@@ -67,7 +87,7 @@ class StrictIntegerField(serializers.IntegerField):
 # -- responses -------------------------------------------------------------------------
 
 
-class RunSerializer(serializers.ModelSerializer[Run]):
+class RunSerializer(PayloadColumns, serializers.ModelSerializer[Run]):
     """A run as listed: no payloads."""
 
     class Meta:
@@ -95,7 +115,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
         read_only_fields = fields
 
 
-class CheckpointSerializer(serializers.ModelSerializer[Checkpoint]):
+class CheckpointSerializer(PayloadColumns, serializers.ModelSerializer[Checkpoint]):
     wait_reason = serializers.SerializerMethodField(
         help_text="Why a step of a limited queue still waits for its admission (null otherwise)."
     )
@@ -152,7 +172,7 @@ class WaiterSerializer(MaskedNameMixin, serializers.ModelSerializer[SignalWaiter
         read_only_fields = fields
 
 
-class BufferedSignalSerializer(MaskedNameMixin, serializers.ModelSerializer[BufferedSignal]):
+class BufferedSignalSerializer(MaskedNameMixin, PayloadColumns, serializers.ModelSerializer[BufferedSignal]):
     class Meta:
         model = BufferedSignal
         fields = ("id", "name", "payload", "created_at")

@@ -168,10 +168,10 @@ class RunViewSet(JSONEndpoint, viewsets.GenericViewSet[Run]):
     def list(self, request: Request) -> Response:
         queryset = self.filter_queryset(self.get_queryset())
         page = self.paginate_queryset(queryset)
-        return self.get_paginated_response(s.RunSerializer(page, many=True).data)
+        return self.get_paginated_response(s.RunSerializer(page, many=True, context={"request": request}).data)
 
     def retrieve(self, request: Request, pk: str) -> Response:
-        return Response(s.RunDetailSerializer(self.get_object()).data)
+        return Response(s.RunDetailSerializer(self.get_object(), context={"request": request}).data)
 
     @documented(
         summary="Start a run (idempotent on run_id)",
@@ -205,7 +205,8 @@ class RunViewSet(JSONEndpoint, viewsets.GenericViewSet[Run]):
             return _outcome_response(outcome)
         run = self.get_queryset().prefetch_related("checkpoints", "waiters", "buffered_signals").get(id=outcome.run_id)
         return Response(
-            s.RunDetailSerializer(run).data, status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED
+            s.RunDetailSerializer(run, context={"request": request}).data,
+            status=status.HTTP_200_OK if existed else status.HTTP_201_CREATED,
         )
 
     @documented(

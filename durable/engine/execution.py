@@ -26,9 +26,9 @@ from durable.engine.current_step import StepInfo, running
 from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.ports import ClaimCheck, StepClaim
 from durable.engine.retry import retry_delay
-from durable.engine.serialization import error_record, to_json
+from durable.engine.serialization import decoded, error_record, to_json
 from durable.engine.vocab import StepResult
-from durable.exceptions import StepNotFound
+from durable.exceptions import CodecError, StepNotFound
 
 if TYPE_CHECKING:
     from durable.engine.core import Engine
@@ -54,11 +54,13 @@ def execute_step(
     mine = ClaimCheck(engine.owner, claim.attempt)
     try:
         sd = engine.registry.get_step(claim.name)
-    except StepNotFound as exc:
-        error = error_record(exc, code="step_not_registered", retryable=False)
+        decoded(claim.input, f"the arguments of step {claim.name!r}")
+    except (StepNotFound, CodecError) as exc:
+        # No attempt can run: a retry would meet the same missing code or the same bytes.
+        error = error_record(exc, code="codec_error" if isinstance(exc, CodecError) else "step_not_registered")
+        error["retryable"] = False
         _settle(engine, run_id, seq, continue_turn, mine, claim.queue, error=error, namespace=claim.namespace)
         return StepResult.FAILED
-
     hold = engine.keeper.hold(
         engine.settings.step_execution_lease / 3,
         lambda: store.renew_step(run_id, seq, engine.owner, engine.clock.now() + lease),

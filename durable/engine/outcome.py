@@ -16,12 +16,13 @@ from durable.engine.context import WorkflowContext
 from durable.engine.history import IN_FLIGHT, cancelled_error
 from durable.engine.new_runs import clean_input, successor_fields
 from durable.engine.ports import Outcome
-from durable.engine.serialization import error_record, to_json
+from durable.engine.serialization import decoded, error_record, to_json
 from durable.engine.turn_state import Turn
 from durable.engine.vocab import RunStatus
 from durable.exceptions import (
     Blocked,
     CancelRequested,
+    CodecError,
     ContinueAsNew,
     DurableError,
     EngineFault,
@@ -64,6 +65,7 @@ def execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
     run = turn.run
     try:
         try:
+            _check_decoded(turn)
             result = fn(ctx, run.input) if takes_input else fn(ctx)
             if history.nondeterminism is not None:
                 raise history.nondeterminism
@@ -74,6 +76,9 @@ def execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
             return _cancel(turn, ctx)
         except ContinueAsNew as cont:
             return _continue_as_new(turn, cont.input)
+        except CodecError as exc:
+            # Replaying cannot go on without the value, and a retry would meet the same bytes.
+            return Outcome(RunStatus.FAILED, error=error_record(exc, code="codec_error", retryable=False))
         except (Suspend, Blocked, LeaseLost, EngineFault):
             raise
         except Exception as exc:  # noqa: BLE001 - any user error fails the run
@@ -88,6 +93,16 @@ def execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
         return Outcome(RunStatus.SUSPENDED, wake_at=turn.next_wake(now), waiters=turn.waiters, step_seqs=turn.step_seqs)
     except Blocked as blocked:
         return Outcome(RunStatus.BLOCKED, error=blocked.reason)
+
+
+def _check_decoded(turn: Turn) -> None:
+    """Raise CodecError when the run's input or any payload of its history did not decode."""
+    run = turn.run
+    decoded(run.input, f"the input of run {run.id!r}")
+    decoded(run.query_values, f"the published values of run {run.id!r}")
+    for cp in turn.history.records.values():
+        for what in ("input", "output", "error"):
+            decoded(getattr(cp, what), f"the {what} of {cp.kind} {cp.name!r} (#{cp.seq}) of run {run.id!r}")
 
 
 def _failed(turn: Turn, ctx: WorkflowContext, exc: Exception) -> Outcome:

@@ -13,7 +13,7 @@ import re
 import traceback
 from typing import Any
 
-from durable.exceptions import FatalError, InvalidInput
+from durable.exceptions import CodecError, FatalError, InvalidInput
 
 # An escaped NUL not preceded by an escaped backslash; a surrogate code point left alone.
 _NUL = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
@@ -37,6 +37,30 @@ def to_json(value: Any, what: str = "value", *, max_bytes: int | None = None) ->
     if value is None or isinstance(value, (str, bool, int)):
         return value
     return json.loads(text)
+
+
+class Undecodable:
+    """Stands for a stored payload that did not decode (tampered, unknown key): reads never raise.
+
+    The store returns it in place of the value; a turn that meets one fails its
+    run with code ``codec_error`` (:func:`decoded`), the admin and the API show
+    the reason. It is not JSON: writing it back is a bug, and fails loudly.
+    """
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"<undecodable payload: {self.reason}>"
+
+
+def decoded(value: Any, what: str) -> Any:
+    """``value``, or raise :class:`~durable.exceptions.CodecError` when it is :class:`Undecodable`."""
+    if isinstance(value, Undecodable):
+        raise CodecError(f"{what} could not be decoded: {value.reason}")
+    return value
 
 
 def error_record(exc: BaseException, *, code: str | None = None, retryable: bool | None = None) -> dict[str, Any]:

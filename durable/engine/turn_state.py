@@ -26,6 +26,7 @@ from durable.engine import logs
 from durable.engine.history import History
 from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.ports import CheckpointWrite, CommitResult, RunRecord, TurnWrites, Waiter
+from durable.engine.serialization import decoded
 from durable.exceptions import EngineFault, LeaseLost
 
 if TYPE_CHECKING:
@@ -165,6 +166,7 @@ class Turn:
         )
         if got is not None:
             self._taken_signals.append(got[0])
+            decoded(got[1], f"the payload of signal {token!r}")
         return got
 
     def take_event(
@@ -179,10 +181,15 @@ class Turn:
                 self.run.id, engine.owner, now, self.lease_until(now), seq, name, match, create
             )
         )
+        if got is not None:
+            decoded(got[0], f"the payload of event {name!r}")
         return got
 
     def resolve_run(self, run_id: str) -> RunRecord | None:
         found: RunRecord | None = self._guard(lambda: self.engine.store.resolve_run(run_id))
+        if found is not None:
+            decoded(found.output, f"the output of run {run_id!r}")
+            decoded(found.error, f"the error of run {run_id!r}")
         return found
 
     def _guard(self, fn: Callable[[], Any]) -> Any:

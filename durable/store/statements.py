@@ -23,6 +23,7 @@ from typing import Any
 
 from django.db.models import Field, JSONField
 
+from durable.codecs.fields import PayloadField
 from durable.engine.plan import CHECKPOINT_UPDATABLE, STEP_RESULT_IGNORED, CommitPlan, StepResultPlan
 from durable.engine.ports import CheckpointRecord
 from durable.engine.vocab import SETTLED, UNSETTLED, Admission, CheckpointKind, CheckpointStatus, RunStatus
@@ -259,7 +260,11 @@ class PostgresStatements:
         # What get_db_prep_save does for these column types on PostgreSQL, without its layers:
         # JSON is adapted with the field's encoder; strings, numbers and aware datetimes pass as is.
         if isinstance(field, JSONField):
-            return self._connection.ops.adapt_json_value(value, field.encoder) if value is not None else None
+            if value is None:
+                return None
+            if isinstance(field, PayloadField):
+                value = field.seal(value)
+            return self._connection.ops.adapt_json_value(value, field.encoder)
         return value
 
     def _cp_value(self, run_id: str, rec: CheckpointRecord, field: Field[Any, Any]) -> Any:

@@ -29,11 +29,14 @@ def _clean_cache():
     cache.clear()
 
 
-def grant(user: User, *actions: str, view: bool = True) -> User:
-    """Give ``user`` durable.view_run (unless view=False) and the permissions of ``actions``."""
+def grant(user: User, *actions: str, view: bool = True, payloads: bool = True) -> User:
+    """Give ``user`` durable.view_run (unless view=False) with durable.view_payloads (unless payloads=False)
+    and the permissions of ``actions``."""
     perms = []
     if view:
         perms.append(Permission.objects.get(content_type__app_label="durable", codename="view_run"))
+    if view and payloads:
+        perms.append(Permission.objects.get(content_type__app_label="durable", codename="view_payloads"))
     for action in actions:
         perms.append(
             Permission.objects.get(content_type__app_label="durable_dashboard", codename=ACTION_PERMISSIONS[action][0])
@@ -44,11 +47,18 @@ def grant(user: User, *actions: str, view: bool = True) -> User:
 
 @pytest.fixture
 def make_user(db) -> Callable[..., User]:
-    def make(name: str, *actions: str, view: bool = True, staff: bool = True, namespaces: tuple[str, ...] = ()) -> User:
+    def make(
+        name: str,
+        *actions: str,
+        view: bool = True,
+        staff: bool = True,
+        namespaces: tuple[str, ...] = (),
+        payloads: bool = True,
+    ) -> User:
         user = User.objects.create_user(name, password="pw", is_staff=staff)
         for ns in namespaces:
             NamespaceGrant.objects.create(user=user, namespace=ns)
-        return grant(user, *actions, view=view)
+        return grant(user, *actions, view=view, payloads=payloads)
 
     return make
 

@@ -47,7 +47,7 @@ def stocked() -> Entity:
 def test_the_admin_lists_entities_and_shows_the_state_and_the_recent_ops_read_only() -> None:
     entity = stocked()
     client = Client()
-    client.force_login(user_with("viewer", "view_entity", staff=True))
+    client.force_login(user_with("viewer", "view_entity", "view_payloads", staff=True))
     listing = client.get(reverse("admin:durable_entity_changelist")).content.decode()
     assert "sku-1" in listing and "d_stock" in listing
     page = client.get(reverse("admin:durable_entity_change", args=[entity.pk]))
@@ -71,7 +71,7 @@ def test_the_admin_pages_need_view_entity() -> None:
 
 def test_the_api_answers_the_state_and_the_newest_ops(api: Any) -> None:
     stocked()
-    client = api(user_with("reader", "view_entity"))
+    client = api(user_with("reader", "view_entity", "view_payloads"))
     body = client.get(URL + "d_stock/sku-1/").json()
     assert (body["name"], body["key"], body["state"], body["ops"]) == ("d_stock", "sku-1", {"units": 8}, 3)
     assert [(op["seq"], op["op"], op["status"], op["result"]) for op in body["recent_ops"]] == [
@@ -87,7 +87,7 @@ def test_the_api_answers_the_state_and_the_newest_ops(api: Any) -> None:
 
 
 def test_the_api_refuses_with_json(api: Any) -> None:
-    client = api(user_with("reader", "view_entity"))
+    client = api(user_with("reader", "view_entity", "view_payloads"))
     missing = client.get(URL + "nope/k/")
     assert missing.status_code == 404 and missing.json()["code"] == "entity_not_found"
     bad = client.get(URL + "d_stock/sku-1/?ops=lots")

@@ -28,7 +28,12 @@ def matches(match: dict[str, Any] | None, payload: Any) -> bool:
     """``match`` is a subset of ``payload`` (every key present with an equal value)."""
     if not match:
         return True
-    return isinstance(payload, dict) and all(k in payload and payload[k] == v for k, v in match.items())
+    # An undecodable match or payload (durable.codecs) matches nothing; its run fails on its next turn.
+    return (
+        isinstance(match, dict)
+        and isinstance(payload, dict)
+        and all(k in payload and payload[k] == v for k, v in match.items())
+    )
 
 
 CP_FIELDS = list(CheckpointRecord.__dataclass_fields__)
