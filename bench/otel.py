@@ -31,6 +31,7 @@ import argparse
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,22 @@ from bench.common import PrivatePostgres
 from bench.conditions import describe, machine, warn_if_noisy, write_result
 from bench.harness import Harness
 from bench.pairing import alternate, ratios
+
+
+@dataclass(frozen=True)
+class Feature:
+    """What a paired on/off benchmark switches (bench.codec reuses this one's harness).
+
+    ``name`` names the results file; ``w1_flags`` are the ``bench.ours inproc`` flags of each side
+    (one measuring process configured for "on"); ``env_var`` configures w4's worker and starter.
+    """
+
+    name: str
+    w1_flags: dict[str, list[str]]
+    env_var: str
+
+
+OTEL = Feature("otel", {"off": ["--observer", "off"], "on": []}, "BENCH_OTEL")
 
 SIZES = {
     "standard": {"w1_workflows": 200, "w1_reps": 9, "w4_workflows": 200, "w4_reps": 5},
@@ -62,28 +79,28 @@ def _ratios(raw: dict[str, list[dict[str, Any]]], metric: str, samples: list[dic
     }
 
 
-def run_w1(h: Harness, s: dict[str, int], mode: str) -> dict[str, Any]:
-    server = h.server("ours")  # BENCH_OTEL=1: the SDK and the OpenTelemetry observer in this process
+def run_w1(h: Harness, s: dict[str, int], mode: str, feature: Feature = OTEL) -> dict[str, Any]:
+    server = h.server("ours")  # the feature's env var is set: this process is configured for "on"
     argv = ["inproc", "--mode", mode, "--workflows", s["w1_workflows"], "--reps", 1]
     server.call(*argv, "--warmup", 20)
 
     def measure(side: str, rep: int) -> dict[str, Any]:
-        return server.call(*argv, "--warmup", 3, *(["--observer", "off"] if side == "off" else []))
+        return server.call(*argv, "--warmup", 3, *feature.w1_flags[side])
 
     raw, samples = alternate(s["w1_reps"], ["off", "on"], measure, h.sample)
     return {**_ratios(raw, "workflows_per_s", samples), "workflows": s["w1_workflows"]}
 
 
-def run_w4(h: Harness, s: dict[str, int]) -> dict[str, Any]:
+def run_w4(h: Harness, s: dict[str, int], feature: Feature = OTEL) -> dict[str, Any]:
     h.stop_servers()
     n = s["w4_workflows"]
 
     def measure(side: str, rep: int) -> dict[str, Any]:
-        os.environ["BENCH_OTEL"] = "1" if side == "on" else ""  # inherited by the worker and the starter
+        os.environ[feature.env_var] = "1" if side == "on" else ""  # inherited by the worker and the starter
         return h.burst_on_new_worker(n)
 
     raw, samples = alternate(s["w4_reps"], ["off", "on"], measure, h.sample)
-    os.environ["BENCH_OTEL"] = "1"
+    os.environ[feature.env_var] = "1"
     return {**_ratios(raw, "workflows_per_s", samples), "workflows": n}
 
 
@@ -97,15 +114,15 @@ def _line(name: str, r: dict[str, Any]) -> str:
     )
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.otel", description=__doc__)
+def main(feature: Feature = OTEL, doc: str | None = __doc__) -> None:
+    parser = argparse.ArgumentParser(prog=f"python -m bench.{feature.name}", description=doc)
     parser.add_argument("--size", choices=sorted(SIZES), default="standard")
     parser.add_argument("--out", default=str(harness.BENCH / "results"))
     args = parser.parse_args()
     args.rev, args.pg = None, "private"
     args.database_url, args.dbos_url = harness.DEFAULT_DB, harness.DEFAULT_DBOS_DB
-    os.environ["BENCH_OTEL"] = "1"
-    tmp = Path(tempfile.mkdtemp(prefix="durable-bench-otel-"))
+    os.environ[feature.env_var] = "1"
+    tmp = Path(tempfile.mkdtemp(prefix=f"durable-bench-{feature.name}-"))
     pythonpath, code = harness.code_under_test(args, tmp)
     (tmp / "logs").mkdir()
     private = PrivatePostgres(tmp)
@@ -120,9 +137,9 @@ def main() -> None:
         h.run([harness.PY, "-m", "django", "migrate", "-v0"])
         info = machine(args.database_url, args.redis_url, code, private=True)
         s = SIZES[args.size]
-        results["w1_signal"] = run_w1(h, s, "signal")
-        results["w1_caller"] = run_w1(h, s, "caller")
-        results["w4_dispatched"] = run_w4(h, s)
+        results["w1_signal"] = run_w1(h, s, "signal", feature)
+        results["w1_caller"] = run_w1(h, s, "caller", feature)
+        results["w4_dispatched"] = run_w4(h, s, feature)
     finally:
         h.stop_all()
         private.stop()
@@ -134,12 +151,12 @@ def main() -> None:
     for name, r in results.items():
         print(_line(name, r))
     warn_if_noisy(conditions)
-    doc = {"started_at": started.isoformat(), "size": args.size, "sizes": s, "noisy": conditions["noisy"]}
-    doc.update(
+    out = {"started_at": started.isoformat(), "size": args.size, "sizes": s, "noisy": conditions["noisy"]}
+    out.update(
         machine=info, conditions=conditions, results=results, logs=str(h.logdir),
         finished_in_s=round(time.time() - started.timestamp()),
     )  # fmt: skip
-    print(f"results: {write_result(args.out, 'otel-', started, doc)}")
+    print(f"results: {write_result(args.out, f'{feature.name}-', started, out)}")
 
 
 if __name__ == "__main__":

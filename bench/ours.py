@@ -398,6 +398,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="settings",
         help="off: the engine's no-op observer for this command, whatever OPENTELEMETRY says (bench/otel.py pairs it)",
     )
+    p.add_argument(
+        "--codec",
+        choices=["settings", "off"],
+        default="settings",
+        help="off: payloads in clear for this command, whatever CODEC says (bench/codec.py pairs it)",
+    )
     p = sub.add_parser("counts-inproc")
     p.add_argument("--mode", choices=["signal", "caller"], default="signal")
     p.add_argument("--workflows", type=int, default=40)
@@ -440,7 +446,10 @@ def run_command(args: argparse.Namespace) -> dict[str, Any]:
     transport = os.environ.get("BENCH_TRANSPORT", "inline")
     if getattr(args, "mode", None) in MODE_TRANSPORT:
         transport = MODE_TRANSPORT[args.mode]
-    with override_settings(DURABLE={**settings.DURABLE, "TRANSPORT": transport}):
+    durable = {**settings.DURABLE, "TRANSPORT": transport}
+    if getattr(args, "codec", "settings") == "off":
+        durable.pop("CODEC", None)
+    with override_settings(DURABLE=durable):
         if getattr(args, "observer", "settings") == "off":
             from durable.engine.observe import Observer
 

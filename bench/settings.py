@@ -37,6 +37,9 @@ if os.environ.get("BENCH_NOTIFY") == "0":  # python -m bench.pickup, NOTIFY off
     DURABLE["NOTIFY"] = False
 if os.environ.get("BENCH_OTEL"):  # ./bench/run --otel
     DURABLE["OPENTELEMETRY"] = True
+if os.environ.get("BENCH_CODEC"):  # python -m bench.codec: AES-GCM on every payload (a fixed bench-only key)
+    DURABLE["CODEC"] = "durable.codecs.AESGCMCodec"
+    DURABLE["CODEC_KEYS"] = {"bench": "YmVuY2gtb25seS1rZXktbm90LWEtc2VjcmV0LTMyYiE="}
 for key in ("WORKER_THREADS", "SWEEP_BATCH"):
     if os.environ.get(f"BENCH_{key}"):
         DURABLE[key] = int(os.environ[f"BENCH_{key}"])

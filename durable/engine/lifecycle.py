@@ -33,6 +33,7 @@ from durable.engine import logs
 from durable.engine.new_runs import clean_input, run_fields
 from durable.engine.ports import RunRecord
 from durable.engine.registry import WorkflowDef
+from durable.engine.serialization import or_reason
 from durable.engine.vocab import RunStatus
 from durable.exceptions import DurableError, WorkflowNotFound
 
@@ -91,8 +92,9 @@ def build_event(run: RunRecord, ending: str) -> dict[str, Any]:
         "run_id": run.id,
         "namespace": run.namespace,
         "status": run.status,
-        "input": run.input,
-        "output": run.output,
+        # A run failed by codec_error may hold a payload that did not decode: its event stays JSON.
+        "input": or_reason(run.input),
+        "output": or_reason(run.output),
         "error": run.error,
         "tags": list(run.tags or []),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,

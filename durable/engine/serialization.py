@@ -56,6 +56,11 @@ class Undecodable:
         return f"<undecodable payload: {self.reason}>"
 
 
+def or_reason(value: Any) -> Any:
+    """``value``, or for an :class:`Undecodable` one the JSON ``{"undecodable": true, "reason": ...}``."""
+    return {"undecodable": True, "reason": value.reason} if isinstance(value, Undecodable) else value
+
+
 def decoded(value: Any, what: str) -> Any:
     """``value``, or raise :class:`~durable.exceptions.CodecError` when it is :class:`Undecodable`."""
     if isinstance(value, Undecodable):

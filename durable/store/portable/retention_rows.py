@@ -18,6 +18,7 @@ from django.db import models, transaction
 from django.db.models import Q
 
 from durable.engine.retention import Evicted, ExpiredRun, ExpiryRule, Line, needed
+from durable.engine.serialization import or_reason
 from durable.engine.vocab import ACTIVE, RUN_TOKEN, TERMINAL
 from durable.models import Run, SignalWaiter
 
@@ -35,10 +36,10 @@ def keyed_tables() -> list[tuple[str, type[models.Model], str]]:
 
 
 def jsonable(value: Any) -> Any:
-    """A column value as JSON holds it (datetimes as ISO 8601 text)."""
+    """A column value as JSON holds it (datetimes as ISO 8601 text, a payload that did not decode as such)."""
     if isinstance(value, (datetime, date)):
         return value.isoformat()
-    return value
+    return or_reason(value)
 
 
 def _expired(row: dict[str, Any]) -> ExpiredRun:
