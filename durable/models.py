@@ -152,9 +152,7 @@ class Run(models.Model):
             models.Index(fields=["deadline_at"], name="durable_run_deadline", condition=_set("deadline_at")),
             # lifecycle events still owed to subscribers
             models.Index(
-                fields=["finished_at"],
-                name="durable_run_lifecycle_owed",
-                condition=models.Q(lifecycle_owed=True),
+                fields=["finished_at"], name="durable_run_lifecycle_owed", condition=models.Q(lifecycle_owed=True)
             ),
             # heal: runs settled recently, per workflow. Partial, as the three below: no run write is HOT.
             models.Index(

@@ -5,7 +5,7 @@ from django.db import migrations
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("durable", "0015_callback_breakpoint_kinds"),
+        ("durable", "0016_partial_run_indexes"),
     ]
 
     operations = [
