@@ -95,3 +95,20 @@ def test_the_api_refuses_with_json(api: Any) -> None:
     denied = api(user_with("nobody")).get(URL + "d_stock/sku-1/")
     assert denied.status_code == 403 and "durable.view_entity" in denied.json()["detail"]
     assert api(None).get(URL + "d_stock/sku-1/").status_code in (401, 403)
+
+
+def test_without_view_payloads_the_state_and_the_ops_show_only_their_size(api: Any) -> None:
+    entity = stocked()
+    body = api(user_with("reader", "view_entity")).get(URL + "d_stock/sku-1/").json()
+    assert body["state"] == {"hidden": True, "bytes": len('{"units":8}')} and body["ops"] == 3
+    assert [(op["arg"], op["result"]) for op in body["recent_ops"][1:]] == [
+        ({"hidden": True, "bytes": 1}, {"hidden": True, "bytes": 1}),
+        ({"hidden": True, "bytes": 1}, {"hidden": True, "bytes": 1}),
+    ]
+    error = body["recent_ops"][0]["error"]
+    assert error["hidden"] is True and error["type"] == "ValueError" and "message" not in error
+    client = Client()
+    client.force_login(user_with("viewer", "view_entity", staff=True))
+    text = client.get(reverse("admin:durable_entity_change", args=[entity.pk])).content.decode()
+    assert "only 8 in stock" not in text and "&quot;units&quot;" not in text
+    assert "&quot;hidden&quot;: true" in text and "receive" in text

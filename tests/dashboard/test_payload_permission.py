@@ -71,3 +71,16 @@ def test_the_api_shows_payloads_only_with_view_payloads(settings_for, make_user,
     assert with_payloads.get(f"{BASE}/runs/{waiting}/").json()["buffered_signals"][0]["payload"] == {
         "code": "SIGNAL-3530"
     }
+
+
+def test_a_payload_that_does_not_decode_shows_as_such_not_as_an_error_page(make_user, client, api):
+    from tests.test_codec import tamper
+
+    with override_settings(DURABLE=CODEC):
+        run_id = durable.start("dash_wait", {"card": "CARD-4111"})
+        tamper(run_id)
+        client.force_login(make_user("payloads", "retry"))
+        page = client.get(reverse("admin:durable_run_change", args=[quote(run_id)]))
+        body = api(make_user("api-payloads")).get(f"{BASE}/runs/{run_id}/").json()
+    assert page.status_code == 200 and "does not decrypt with key" in page.content.decode()
+    assert body["input"]["undecodable"] is True and "does not decrypt with key 'k'" in body["input"]["reason"]
