@@ -9,6 +9,8 @@ from typing import Any
 from django.db import connection
 from django.db.models import Field
 
+from durable.codecs.fields import current_codec
+from durable.codecs.payloads import open_value
 from durable.engine.ports import CheckpointRecord, RunRecord
 from durable.store.statements import RUN_COLUMNS
 
@@ -39,4 +41,7 @@ def to_checkpoint(row: Sequence[Any]) -> CheckpointRecord:
     timestamps were parsed by the driver (:meth:`Cursors.history`).
     """
     seq, name, kind, status, packed, *rest = row
-    return CheckpointRecord(seq, name, kind, status, *json.loads(packed), *rest)
+    # Payload columns (durable.codecs): each value opened as PayloadField.from_db_value would.
+    codec = current_codec()
+    values = [open_value(codec, value) if isinstance(value, dict) else value for value in json.loads(packed)]
+    return CheckpointRecord(seq, name, kind, status, *values, *rest)
