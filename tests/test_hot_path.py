@@ -177,3 +177,24 @@ def test_a_cancel_before_a_fresh_turns_first_step_is_seen_at_its_commit():
     # The step ran once (as a cancel during it would let it), and nothing after the cancel was written.
     assert _effects == ["first"]
     assert run.status == "cancelled" and not run.checkpoints.exists()
+@durable.workflow(name="hp_waits_signal")
+def hp_waits_signal(ctx: durable.WorkflowContext) -> Any:
+    return ctx.wait_signal("go")
+
+
+@override_settings(DURABLE={"TRANSPORT": "manual"})
+def test_a_turn_that_takes_a_signal_and_completes_commits_in_one_statement():
+    """Lease, history, the signal's read and one commit: no transaction, no wake of waiters nobody registered."""
+    for i in range(2):  # the first warms the registry and the connection
+        run_id = durable.start("hp_waits_signal", run_id=f"hp-sig-{i}")
+        get_engine().run_turn(run_id)
+        durable.signal(run_id, "go", {"n": i})
+        with _statements() as seen:
+            get_engine().run_turn(run_id)
+        run = Run.objects.get(pk=run_id)
+        assert (run.status, run.output) == ("completed", {"n": i})
+    kinds = [sql.split()[0] for sql, _ in seen]
+    assert kinds == ["UPDATE", "SELECT", "SELECT", "WITH"], [sql[:80] for sql, _ in seen]
+    assert not any(in_txn for _, in_txn in seen)
+    commit = seen[-1][0]
+    assert "durable_bufferedsignal" in commit and "durable_signalwaiter" in commit

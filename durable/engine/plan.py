@@ -52,8 +52,6 @@ CHECKPOINT_UPDATABLE: tuple[str, ...] = tuple(
 )
 # Columns an update leaves as stored when the record has them unset (falsy).
 KEEP_IF_UNSET: tuple[str, ...] = ("started_at", "attempts")
-# Outcomes the single-statement commit can write (the others need waiters, inserts or cancels).
-_STATEMENT_STATUSES = (RunStatus.SUSPENDED, RunStatus.COMPLETED, RunStatus.FAILED)
 # Runs whose step results are dropped (a failed run keeps a late result for a later requeue).
 STEP_RESULT_IGNORED: tuple[RunStatus, ...] = (RunStatus.CANCELLED, RunStatus.COMPLETED)
 
@@ -62,9 +60,12 @@ class Shape(StrEnum):
     """How a commit plan can be executed.
 
     ``BATCH``: one statement, and plans with the same :attr:`CommitPlan.batch_key`
-    may share one (``Store.commit_many``). ``STATEMENT``: one statement of its
-    own (it checks step claims). ``TRANSACTION``: several statements in one
-    transaction (waiters, inserted or cancelled runs, consumed signals...).
+    may share one (``Store.commit_many``): the run row and its checkpoints.
+    ``STATEMENT``: one statement of its own, which may also check step claims,
+    delete consumed signals and clear the run's waiter rows. ``TRANSACTION``:
+    several statements in one transaction (waiters registered by a suspension,
+    inserted or cancelled runs, a continue-as-new successor, a lifecycle owed,
+    a singleton slot handed over).
     """
 
     BATCH = "batch"
@@ -239,15 +240,22 @@ def _waits(writes: TurnWrites) -> bool:
 
 
 def _shape(writes: TurnWrites, outcome: Outcome | None) -> Shape:
-    if writes.new_runs or writes.consumed_signals or writes.cancel_runs:
+    """The shape of a commit; see :class:`Shape` for what each one may contain.
+
+    A suspension that registers waiters stays a transaction: its re-check of
+    what they wait for (a buffered signal or event, a settled run) must read
+    after taking the lock the sender takes, and one statement reads only its
+    own snapshot, taken before any lock wait.
+    """
+    if writes.new_runs or writes.cancel_runs:
         return Shape.TRANSACTION
-    if any(w.record.kind in WAIT_KINDS for w in writes.checkpoints):
-        return Shape.TRANSACTION  # its waiter rows go too
     if outcome is not None:
-        if outcome.status not in _STATEMENT_STATUSES:
+        if outcome.waiters or outcome.next_run is not None or outcome.lifecycle or outcome.slot:
             return Shape.TRANSACTION
-        if outcome.waiters or outcome.had_waiters or outcome.next_run is not None or outcome.lifecycle or outcome.slot:
-            return Shape.TRANSACTION
+        if _waits(writes) or outcome.had_waiters:
+            return Shape.STATEMENT  # its waiter rows are cleared: a statement of its own
+    elif writes.consumed_signals:
+        return Shape.STATEMENT
     return Shape.STATEMENT if any(w.claimed_by for w in writes.checkpoints) else Shape.BATCH
 
 

@@ -27,7 +27,7 @@ from durable.codecs.fields import PayloadField
 from durable.engine.plan import CHECKPOINT_UPDATABLE, STEP_RESULT_IGNORED, CommitPlan, StepResultPlan
 from durable.engine.ports import CheckpointRecord
 from durable.engine.vocab import SETTLED, UNSETTLED, Admission, CheckpointKind, CheckpointStatus, RunStatus
-from durable.models import Checkpoint, Run, Schedule, SignalWaiter
+from durable.models import BufferedSignal, Checkpoint, Run, Schedule, SignalWaiter
 from durable.schedules.plan import FIRE_COLUMNS, SchedulePlan
 
 
@@ -40,9 +40,21 @@ def _in(values: Sequence[str]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
+def _unindexed(column: str) -> str:
+    """``column`` in a form no index serves (its value unchanged: the columns it wraps are never '').
+
+    A statement that finds its row by primary key writes its other conditions
+    so: a generic plan made from stale statistics could otherwise take the
+    index that leads with the status and walk every run of that status.
+    """
+    return f"COALESCE({q(column)}, '')"
+
+
 RUN_TABLE = q(Run._meta.db_table)
 CP_TABLE = q(Checkpoint._meta.db_table)
 WAITER_TABLE = q(SignalWaiter._meta.db_table)
+SIGNAL_TABLE = q(BufferedSignal._meta.db_table)
+SIGNAL_ID: Field[Any, Any] = BufferedSignal._meta.pk
 RUN_COLUMNS: list[Field[Any, Any]] = list(Run._meta.concrete_fields)
 RUN_FIELD = {f.name: f for f in RUN_COLUMNS}
 CP_FIELD: dict[str, Field[Any, Any]] = {f.name: f for f in Checkpoint._meta.concrete_fields}
@@ -144,15 +156,17 @@ PG_CLAIM_DUE_PAGE_SCOPED = _claim_page(pending=False, postgres=True, scoped=1)
 PG_ACQUIRE = (
     f"UPDATE {RUN_TABLE} SET {q('status')} = '{RunStatus.RUNNING}', {q('locked_by')} = %s, "
     f"{q('locked_until')} = %s, {q('updated_at')} = %s, {q('started_at')} = COALESCE({q('started_at')}, %s), "
-    f"{q('turns')} = {q('turns')} + 1 WHERE {q('id')} = %s AND ({q('status')} = '{RunStatus.PENDING}' "
-    f"OR ({q('status')} = '{RunStatus.SUSPENDED}' AND {q('wake_at')} <= %s)) RETURNING {run_columns(RUN_TABLE)}"
+    f"{q('turns')} = {q('turns')} + 1 WHERE {q('id')} = %s AND ({_unindexed('status')} = '{RunStatus.PENDING}' "
+    f"OR ({_unindexed('status')} = '{RunStatus.SUSPENDED}' AND {q('wake_at')} <= %s)) "
+    f"RETURNING {run_columns(RUN_TABLE)}"
 )
 # Params: run_id, status, owner.
-PG_LEASE_HELD = f"SELECT 1 FROM {RUN_TABLE} WHERE {q('id')} = %s AND {q('status')} = %s AND {q('locked_by')} = %s"
+_LEASED = f"{q('id')} = %s AND {_unindexed('status')} = %s AND {_unindexed('locked_by')} = %s"
+PG_LEASE_HELD = f"SELECT 1 FROM {RUN_TABLE} WHERE {_LEASED}"
 # A suspension written by one statement, woken if a checkpoint it waits on settled meanwhile.
 # Params: now, run_id, suspended, run_id, seqs.
 PG_POKE_IF_SETTLED = (
-    f"UPDATE {RUN_TABLE} SET {q('wake_at')} = %s WHERE {q('id')} = %s AND {q('status')} = %s "
+    f"UPDATE {RUN_TABLE} SET {q('wake_at')} = %s WHERE {q('id')} = %s AND {_unindexed('status')} = %s "
     f"AND EXISTS (SELECT 1 FROM {CP_TABLE} WHERE {q('run_id')} = %s AND {q('seq')} = ANY(%s) "
     f"AND {q('status')} IN ({_in(SETTLED)})) RETURNING 1"
 )
@@ -206,10 +220,15 @@ PG_LOAD_DELTA = (
     f"WHERE {q('run_id')} = %s) t LEFT JOIN {CP_TABLE} c ON c.{q('run_id')} = %s "
     f"AND (c.{q('seq')} = ANY(%s::integer[]) OR c.{q('seq')} > %s) ORDER BY c.{q('seq')}"
 )
-# Params: now, tokens.
+# Wake the suspended runs waiting on any of the tokens. Params: now, tokens.
+# Driven from the waiters (their index on name): the runs are found by primary key, and the
+# status is checked in a form no index serves. As ``status = 'suspended' AND id IN (...)`` a
+# generic plan (a prepared statement's, made from statistics that may predate the rows) may
+# walk every suspended run through the status index and probe the waiters for each.
 PG_WAKE_WAITERS = (
-    f"UPDATE {RUN_TABLE} SET {q('wake_at')} = %s WHERE {q('status')} = '{RunStatus.SUSPENDED}' AND {q('id')} IN "
-    f"(SELECT {q('run_id')} FROM {WAITER_TABLE} WHERE {q('name')} = ANY(%s)) RETURNING {q('id')}"
+    f"UPDATE {RUN_TABLE} SET {q('wake_at')} = %s WHERE {q('id')} = ANY(ARRAY("
+    f"SELECT {q('run_id')} FROM {WAITER_TABLE} WHERE {q('name')} = ANY(%s))) "
+    f"AND {_unindexed('status')} = '{RunStatus.SUSPENDED}' RETURNING {q('id')}"
 )
 # The channel of work notifications (DURABLE["NOTIFY"]): the payload is the run's namespace, so a
 # scoped worker can ignore the others; pg_notify in a statement is delivered when it commits.
@@ -224,7 +243,6 @@ PG_NOTIFY_RUNS = f"SELECT pg_notify('{NOTIFY_CHANNEL}', {q('namespace')}) FROM {
 PG_EVENT_LOCK = "SELECT pg_advisory_xact_lock(hashtext(%s))"
 EVENT_LOCK_PREFIX = "durable-event:"
 
-_LEASED = f"{q('id')} = %s AND {q('status')} = %s AND {q('locked_by')} = %s"
 # A checkpoint update in a shared commit writes every updatable column; those a single
 # commit leaves as stored when unset (plan.KEEP_IF_UNSET) keep their stored value here.
 _KEEP_IF_UNSET = {"started_at": "COALESCE(u.{c}, cp.{c})", "attempts": "COALESCE(NULLIF(u.{c}, 0), cp.{c})"}
@@ -288,6 +306,12 @@ class PostgresStatements:
     def commit(self, plan: CommitPlan) -> tuple[str, list[Any]]:
         """The lease compare-and-set first; every other part reads its output (a lost lease writes nothing).
 
+        The parts: the step claims the plan settles (checked in the lease
+        condition), checkpoint updates and inserts, the consumed signals'
+        delete and the clear of the run's waiter rows. A finished run's
+        waiters are woken by the store after it, only when ``awaited`` (as
+        locked) says some run registered a wait on it.
+
         Returns rows of ``(wake_at, awaited)``: one when written, none when refused.
         """
         run, lease = plan.run, plan.run.lease
@@ -330,7 +354,28 @@ class PostgresStatements:
                 params += [self._cp_value(lease.run_id, rec, f) for f in CP_INSERT]
             names = ", ".join(col(f) for f in CP_INSERT)
             ctes.append(f"ins AS (INSERT INTO {CP_TABLE} ({names}) {' UNION ALL '.join([row] * len(plan.inserts))})")
+        ctes += self._consumed_and_cleared(plan, params)
         return f"WITH {', '.join(ctes)} SELECT {returning} FROM lease", params
+
+    def _consumed_and_cleared(self, plan: CommitPlan, params: list[Any]) -> list[str]:
+        """The consumed signals' delete and the waiter rows' clear, each only if the lease CTE wrote.
+
+        Both are found by the run's id (the run's index of each table leads
+        with it), so their plans do not depend on how many rows other runs have.
+        """
+        run_id, ctes = plan.run.lease.run_id, []
+        if plan.consumed_signals:
+            ctes.append(
+                f"sig AS (DELETE FROM {SIGNAL_TABLE} WHERE {q('run_id')} = %s "
+                f"AND {col(SIGNAL_ID)} = ANY({self.array(SIGNAL_ID)}) AND EXISTS (SELECT 1 FROM lease))"
+            )
+            params += [run_id, list(plan.consumed_signals)]
+        if plan.waiters is not None and plan.waiters.clear:
+            if plan.waiters.add:  # registered by a transaction (their re-check reads after a lock)
+                raise ValueError("a commit that registers waiters cannot be one statement")
+            ctes.append(f"wt AS (DELETE FROM {WAITER_TABLE} WHERE {q('run_id')} = %s AND EXISTS (SELECT 1 FROM lease))")
+            params.append(run_id)
+        return ctes
 
     # -- several plans of one batch key, as one statement ---------------------------
     def commit_many(self, plans: Sequence[CommitPlan]) -> tuple[str, list[Any]]:

@@ -375,3 +375,77 @@ def test_two_waiters_at_one_position_fail_the_whole_commit(store: Any, probe: An
         suspend(store, "r1", signal, waiters=[Waiter("a", 1), Waiter("b", 1)])
     run = store.get_run("r1")
     assert (run.status, run.locked_by, store.load_checkpoints("r1"), probe.waiters("r1")) == ("running", OWNER, {}, [])
+
+
+def _waiting_on_signal(store: Any, run_id: str) -> None:
+    """``run_id`` suspended on signal ``go`` at position 1, then a signal buffered and the run leased again."""
+    running(store, run_id)
+    pending = record(1, CheckpointKind.SIGNAL, CheckpointStatus.PENDING)
+    result, _ = suspend(store, run_id, pending, waiters=[Waiter("go", 1)], wake_at=at(300))
+    assert written(result)
+    assert store.signal(run_id, "go", {"n": 1}, at(2)) is True
+    assert store.signal(run_id, "go", {"n": 2}, at(2)) is True
+    assert store.acquire(run_id, OWNER, at(3), at(33))
+
+
+def _take_signal(store: Any, run_id: str) -> TurnWrites:
+    """The writes of a turn that takes the oldest buffered ``go``: the signal settles position 1."""
+    signal_id, payload = store.next_signal(run_id, "go", [])
+    taken = record(1, CheckpointKind.SIGNAL, output=payload, finished_at=at(3))
+    return TurnWrites(
+        checkpoints=[CheckpointWrite(taken, create=False, expect=(CheckpointStatus.PENDING,))],
+        consumed_signals=[signal_id],
+    )
+
+
+def test_a_turn_that_takes_a_signal_and_completes_settles_it_consumes_it_and_clears_its_waiters(
+    store: Any, probe: Any
+) -> None:
+    _waiting_on_signal(store, "r1")
+    outcome = Outcome(RunStatus.COMPLETED, output={"n": 1}, notify=[RUN_TOKEN + "r1"])
+    result = store.commit("r1", OWNER, at(3), at(33), _take_signal(store, "r1"), outcome)
+    assert written(result) and woken(result, outcome) == []
+    run = store.get_run("r1")
+    assert (run.status, run.output, run.locked_by) == ("completed", {"n": 1}, None)
+    cp = store.load_checkpoints("r1")[1]
+    assert (cp.status, cp.output) == ("completed", {"n": 1})
+    assert probe.signals("r1") == [("go", {"n": 2})]  # only the one taken is consumed
+    assert probe.waiters("r1") == []
+
+
+def test_a_signal_taking_commit_without_the_lease_consumes_nothing_and_keeps_the_waiters(
+    store: Any, probe: Any
+) -> None:
+    _waiting_on_signal(store, "r1")
+    outcome = Outcome(RunStatus.COMPLETED, output=1, notify=[RUN_TOKEN + "r1"])
+    assert written(store.commit("r1", OTHER, at(3), at(33), _take_signal(store, "r1"), outcome)) is False
+    assert store.load_checkpoints("r1")[1].status == "pending"
+    assert probe.signals("r1") == [("go", {"n": 1}), ("go", {"n": 2})]
+    assert probe.waiters("r1") == [("go", 1, None)]
+    assert store.get_run("r1").status == "running"
+
+
+def test_a_signal_taking_suspension_clears_its_waiters_and_still_sees_a_step_that_settled(
+    store: Any, probe: Any
+) -> None:
+    _waiting_on_signal(store, "r1")
+    writes = _take_signal(store, "r1")
+    writes.checkpoints.append(CheckpointWrite(step(2), create=True))
+    assert written(store.commit("r1", OWNER, at(3), at(33), writes))  # a flush: the step is dispatched
+    assert store.finish_step("r1", 2, at(4), output="fast") is False  # the run was running: not woken
+    outcome = Outcome(RunStatus.SUSPENDED, wake_at=at(300), step_seqs=[2])
+    result = store.commit("r1", OWNER, at(5), at(35), TurnWrites(consumed_signals=[]), outcome)
+    assert written(result)
+    assert (store.get_run("r1").wake_at, wake_of(result, outcome)) == (at(5), at(5))
+    assert probe.signals("r1") == [("go", {"n": 2})] and probe.waiters("r1") == []
+
+
+def test_a_run_that_ends_after_taking_a_signal_wakes_the_runs_that_wait_on_it(store: Any, probe: Any) -> None:
+    _waiting_on_signal(store, "r1")
+    suspended(store, "w1", wake_at=at(300), waiters=[Waiter(RUN_TOKEN + "r1", 1)])
+    assert probe.awaited("r1")
+    outcome = Outcome(RunStatus.FAILED, error=ERROR, notify=[RUN_TOKEN + "r1"])
+    result = store.commit("r1", OWNER, at(6), at(36), _take_signal(store, "r1"), outcome)
+    assert woken(result, outcome) == ["w1"]
+    assert store.get_run("w1").wake_at == at(6)
+    assert probe.waiters("r1") == [] and probe.waiters("w1") == [(RUN_TOKEN + "r1", 1, None)]

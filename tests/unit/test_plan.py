@@ -93,7 +93,8 @@ def test_a_blocked_outcome_keeps_the_run_unfinished():
     p = _commit(outcome=Outcome(RunStatus.BLOCKED, error={"code": "x"}))
     assert p.run.sets["error"] == {"code": "x"} and p.run.sets["wake_at"] is None
     assert "finished_at" not in p.run.sets
-    assert p.shape == plan.Shape.TRANSACTION
+    assert p.shape == plan.Shape.STATEMENT  # it may have had waiters: they are cleared
+    assert _commit(outcome=Outcome(RunStatus.BLOCKED, error={}, had_waiters=False)).shape == plan.Shape.BATCH
 
 
 def test_the_lifecycle_owed_and_the_successor_are_in_the_same_write_as_the_status():
@@ -136,18 +137,38 @@ def test_settling_a_claimed_step_must_still_hold_its_claim_and_cannot_share_a_st
     ("writes", "outcome"),
     [
         (TurnWrites(new_runs=[{"id": "c"}]), None),
-        (TurnWrites(consumed_signals=[5]), None),
         (TurnWrites(cancel_runs=["c"]), None),
-        (TurnWrites(checkpoints=[_step(1, kind=CheckpointKind.SIGNAL)]), None),
-        (TurnWrites(), Outcome(RunStatus.CANCELLED, had_waiters=False)),
         (TurnWrites(), Outcome(RunStatus.SUSPENDED, waiters=[Waiter("go", 1)], had_waiters=False)),
-        (TurnWrites(), Outcome(RunStatus.SUSPENDED, had_waiters=True)),
+        (TurnWrites(), Outcome(RunStatus.SUSPENDED, waiters=[Waiter("go", 1)], had_waiters=True)),
         (TurnWrites(), _done(lifecycle={"owed": ["x"]})),
         (TurnWrites(), _done(next_run={"id": "n"})),
     ],
 )
-def test_writes_beyond_the_run_and_its_checkpoints_need_a_transaction(writes, outcome):
+def test_registered_waiters_inserted_or_cancelled_runs_and_successors_need_a_transaction(writes, outcome):
     assert _commit(writes, outcome).shape == plan.Shape.TRANSACTION
+
+
+_SIGNAL_TAKEN = CheckpointWrite(
+    CheckpointRecord(seq=1, name="go", kind=CheckpointKind.SIGNAL, status="completed", output=1), create=False
+)
+
+
+@pytest.mark.parametrize(
+    ("writes", "outcome"),
+    [
+        (TurnWrites(consumed_signals=[5]), None),
+        (TurnWrites(checkpoints=[_SIGNAL_TAKEN], consumed_signals=[5]), Outcome(RunStatus.COMPLETED, output=1)),
+        (TurnWrites(checkpoints=[_SIGNAL_TAKEN], consumed_signals=[5]), Outcome(RunStatus.SUSPENDED, wake_at=LATER)),
+        (TurnWrites(), Outcome(RunStatus.SUSPENDED, wake_at=LATER, had_waiters=True)),
+        (TurnWrites(), Outcome(RunStatus.CANCELLED, had_waiters=True, notify=["__run__:r1"])),
+        (TurnWrites(checkpoints=[_step(1, kind=CheckpointKind.EVENT, create=False)]), _done()),
+    ],
+)
+def test_consumed_signals_and_cleared_waiters_are_one_statement_of_their_own(writes, outcome):
+    p = _commit(writes, outcome)
+    assert p.shape == plan.Shape.STATEMENT
+    if outcome is not None:
+        assert p.waiters is not None and p.waiters.clear and not p.waiters.add
 
 
 def test_steps_timers_and_plain_ends_are_one_shared_statement():
