@@ -109,3 +109,9 @@ def recovery(ctx: Any, hang: float) -> int:
 @durable.workflow(name="bench_recovery_fill")
 def recovery_filler_run(ctx: Any, seconds: float) -> float:
     return float(ctx.step(recovery_filler, seconds))
+
+
+@durable.workflow(name="bench_fanin")
+def fanin_wait(ctx: Any) -> Any:
+    """Wait for signal ``go`` and end with its payload (``bench.fanin``)."""
+    return ctx.wait_signal("go")
