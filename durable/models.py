@@ -141,8 +141,12 @@ class Run(models.Model):
         indexes = [
             # due timers / wakes, and pending runs to pick up
             models.Index(fields=["status", "wake_at"], name="durable_run_status_wake"),
-            # orphans: running with an expired lease
-            models.Index(fields=["status", "locked_until"], name="durable_run_status_lease"),
+            # orphans: running with an expired lease (only running rows: a turn's other writes skip it)
+            models.Index(
+                fields=["locked_until"],
+                name="durable_run_running_lease",
+                condition=models.Q(status=RunStatus.RUNNING),
+            ),
             # lists per namespace and status, newest first
             models.Index(fields=["namespace", "status", "-created_at"], name="durable_run_ns_status_created"),
             models.Index(fields=["workflow", "-created_at"], name="durable_run_wf_created"),
@@ -276,8 +280,10 @@ class SignalWaiter(models.Model):
     class Meta:
         constraints = [models.UniqueConstraint(fields=["run", "seq"], name="durable_waiter_run_seq")]
         indexes = [
-            models.Index(fields=["run", "name"], name="durable_waiter_run_name"),
-            models.Index(fields=["name"], name="durable_waiter_name"),
+            # Every lookup names the token (a sender, a publisher, a wake: and the run, for a
+            # signal's sender); one by run alone takes the unique (run, seq). One index with the
+            # name first, so no plan can find a token by scanning an index that leads with the run.
+            models.Index(fields=["name", "run"], name="durable_waiter_name_run"),
         ]
 
     def __str__(self) -> str:

@@ -135,3 +135,24 @@ def test_the_prepared_statements_of_a_signal_fan_in_keep_their_plans_on_stale_st
 
 def _all(node: dict[str, Any]) -> list[dict[str, Any]]:
     return [node] + [m for child in node.get("Plans", []) for m in _all(child)]
+
+
+def test_expired_leases_and_a_signal_senders_waiter_lookup_keep_their_indexes():
+    """The lease index holds running runs only, the waiter index leads with the token: both still serve."""
+    at = now()
+    Run.objects.bulk_create(
+        [Run(id=f"top{i}", workflow="wf", status=RunStatus.SUSPENDED) for i in range(SUSPENDED)], batch_size=5000
+    )
+    Run.objects.create(id="held", workflow="wf", status=RunStatus.RUNNING, locked_until=at)
+    SignalWaiter.objects.bulk_create(
+        [SignalWaiter(run_id=f"top{i}", name=f"go{i}", seq=1) for i in range(SUSPENDED)], batch_size=5000
+    )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE durable_run")
+        cursor.execute("ANALYZE durable_signalwaiter")
+    lookups = {
+        "durable_run_running_lease": Run.objects.filter(status=RunStatus.RUNNING, locked_until__lt=at),
+        "durable_waiter_name_run": SignalWaiter.objects.filter(run_id="top5", name="go5"),
+    }
+    for index, query in lookups.items():
+        assert index in query.explain(), (index, query.explain())
