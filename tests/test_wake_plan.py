@@ -29,6 +29,7 @@ from durable.store.statements import (
     PG_POKE_IF_SETTLED,
     PG_WAKE_WAITERS,
     PostgresStatements,
+    col,
 )
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
@@ -37,30 +38,52 @@ SUSPENDED = 20_000
 TABLES = ("durable_run", "durable_signalwaiter", "durable_bufferedsignal", "durable_checkpoint")
 
 
+def _series(model: Any, rows: int, **columns: str) -> None:
+    """Insert ``rows`` rows of ``model`` in one statement: ``columns`` as SQL of ``i`` (1..rows), the others' defaults.
+
+    One statement on the server: creating the objects in Python takes minutes on a loaded machine.
+    """
+    statements = PostgresStatements(connection)
+    names, values, params = [], [], []
+    for field in model._meta.concrete_fields:
+        if field.primary_key and field.name not in columns:
+            continue  # an automatic id
+        names.append(col(field))
+        if field.name in columns:
+            values.append(columns[field.name])
+        else:
+            values.append("%s")
+            params.append(statements.prep(field, field.get_default()))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {model._meta.db_table} ({', '.join(names)}) "
+            f"SELECT {', '.join(values)} FROM generate_series(1, {rows}) AS i",
+            params,
+        )
+
+
+def _suspended_runs(rows: int = SUSPENDED) -> None:
+    """Runs ``s1``... suspended an hour from now, each waiting on token ``__run__:c<i>`` at position 1."""
+    _series(
+        Run,
+        rows,
+        id="'s' || i",
+        workflow="'wf'",
+        status=f"'{RunStatus.SUSPENDED}'",
+        wake_at="now() + interval '1 hour'",
+    )
+    _series(SignalWaiter, rows, run="'s' || i", name=f"'{RUN_TOKEN}c' || i", seq="1")
+
+
 def _stale_statistics_then_rows() -> None:
     """Analyze the empty tables, then insert the suspended runs (their statistics say: no rows)."""
     with connection.cursor() as cursor:
         for table in TABLES:
             cursor.execute(f"ANALYZE {table}")
-    at = now()
-    Run.objects.bulk_create(
-        [
-            Run(id=f"s{i}", workflow="wf", status=RunStatus.SUSPENDED, wake_at=at + timedelta(hours=1))
-            for i in range(SUSPENDED)
-        ],
-        batch_size=5000,
-    )
-    SignalWaiter.objects.bulk_create(
-        [SignalWaiter(run_id=f"s{i}", name=f"{RUN_TOKEN}c{i}", seq=1) for i in range(SUSPENDED)], batch_size=5000
-    )
+    _suspended_runs()
     # Each suspended on a pending signal, the signal already buffered for a tenth of them.
-    Checkpoint.objects.bulk_create(
-        [Checkpoint(run_id=f"s{i}", seq=1, name="go", kind="signal", status="pending") for i in range(SUSPENDED)],
-        batch_size=5000,
-    )
-    BufferedSignal.objects.bulk_create(
-        [BufferedSignal(run_id=f"s{i}", name="go") for i in range(0, SUSPENDED, 10)], batch_size=5000
-    )
+    _series(Checkpoint, SUSPENDED, run="'s' || i", seq="1", name="'go'", kind="'signal'", status="'pending'")
+    _series(BufferedSignal, SUSPENDED // 10, run="'s' || (i * 10)", name="'go'")
 
 
 def _generic_plan(sql: str, params: list[Any]) -> dict[str, Any]:
@@ -140,19 +163,14 @@ def _all(node: dict[str, Any]) -> list[dict[str, Any]]:
 def test_expired_leases_and_a_signal_senders_waiter_lookup_keep_their_indexes():
     """The lease index holds running runs only, the waiter index leads with the token: both still serve."""
     at = now()
-    Run.objects.bulk_create(
-        [Run(id=f"top{i}", workflow="wf", status=RunStatus.SUSPENDED) for i in range(SUSPENDED)], batch_size=5000
-    )
+    _suspended_runs()
     Run.objects.create(id="held", workflow="wf", status=RunStatus.RUNNING, locked_until=at)
-    SignalWaiter.objects.bulk_create(
-        [SignalWaiter(run_id=f"top{i}", name=f"go{i}", seq=1) for i in range(SUSPENDED)], batch_size=5000
-    )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE durable_run")
         cursor.execute("ANALYZE durable_signalwaiter")
     lookups = {
         "durable_run_running_lease": Run.objects.filter(status=RunStatus.RUNNING, locked_until__lt=at),
-        "durable_waiter_name_run": SignalWaiter.objects.filter(run_id="top5", name="go5"),
+        "durable_waiter_name_run": SignalWaiter.objects.filter(run_id="s5", name=f"{RUN_TOKEN}c5"),
     }
     for index, query in lookups.items():
         assert index in query.explain(), (index, query.explain())
