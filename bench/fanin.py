@@ -16,7 +16,8 @@ Executors (``--executors``, comma separated):
             own pool (``WORKER_THREADS`` threads of this process).
 ``worker``  the senders dispatch nothing (``TRANSPORT`` ``manual``) and ``--workers``
             ``durable_worker`` processes take the woken runs from the database
-            (their due-run sweep claims a page at a time).
+            (their due-run sweep claims a page at a time; with ``NOTIFY`` on, the
+            default, each signal's commit wakes a listening worker at once).
 
 Also reported: the statements of one signal-taking turn as this process runs
 it (lease, history, the signal's read, the commit; counted on this thread's

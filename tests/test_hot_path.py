@@ -177,6 +177,8 @@ def test_a_cancel_before_a_fresh_turns_first_step_is_seen_at_its_commit():
     # The step ran once (as a cancel during it would let it), and nothing after the cancel was written.
     assert _effects == ["first"]
     assert run.status == "cancelled" and not run.checkpoints.exists()
+
+
 @durable.workflow(name="hp_waits_signal")
 def hp_waits_signal(ctx: durable.WorkflowContext) -> Any:
     return ctx.wait_signal("go")
