@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('durable', '0016_partial_run_indexes'),
+        ('durable', '0017_view_payloads_permission'),
     ]
 
     operations = [
