@@ -205,33 +205,62 @@ def workflow(
     The function is returned unchanged.
     """
 
+    options: dict[str, Any] = dict(
+        name=name, version=version, tags=tags, timeout=timeout, validate=validate, on_event=on_event
+    )
+    options.update(updates=updates, where=where, input=input, debounce=debounce, batch=batch, schedule=schedule)
+    options.update(schedules=schedules, retention=retention, singleton=singleton)
+
     def register(func: Callable[..., Any]) -> Callable[..., Any]:
-        batch_spec = _check_workflow_options(version, tags, on_event, updates, where, input, debounce, batch)
-        if singleton is not None and not isinstance(singleton, Singleton):
-            raise ConfigurationError("singleton must be a durable.Singleton(key=..., limit=..., max_queue_depth=...)")
-        wf = WorkflowDef(
-            name=_check_name(name or func.__name__, "workflow"),
-            version=version,
-            fn=func,
-            tags=tuple(tags),
-            timeout=_opt_seconds(timeout, "workflow timeout"),
-            validate=validate,
-            takes_input=_takes_input(func),
-            on_event=tuple(on_event),
-            updates=dict(updates or {}),
-            where=where,
-            event_input=input,
-            debounce=_opt_seconds(debounce, "debounce"),
-            batch=batch_spec,
-            retention=_retention(retention, name or func.__name__),
-            singleton=singleton,
-        )
-        runtime.registry.add_workflow(wf)
-        runtime.registry.set_schedules(wf.name, _schedule_keys(wf.name, schedule, schedules))
-        func.__durable_workflow__ = wf  # type: ignore[attr-defined]
-        return func
+        return _register_workflow(func, **options)
 
     return register(fn) if fn is not None else register
+
+
+def _register_workflow(
+    func: Callable[..., Any],
+    *,
+    name: str | None,
+    version: int,
+    tags: list[str] | tuple[str, ...],
+    timeout: Duration | None,
+    validate: Callable[[Any], Any] | None,
+    on_event: list[str] | tuple[str, ...],
+    updates: dict[str, Callable[[Any], Any] | None] | None,
+    where: Callable[[dict[str, Any]], Any] | None,
+    input: Callable[[dict[str, Any]], Any] | None,
+    debounce: Duration | None,
+    batch: tuple[int, Duration] | None,
+    schedule: Any,
+    schedules: list[Any] | tuple[Any, ...],
+    retention: dict[str, Duration | None] | None,
+    singleton: Singleton | None,
+) -> Callable[..., Any]:
+    """What :func:`workflow` does with the function: check the options, register it, mark it."""
+    batch_spec = _check_workflow_options(version, tags, on_event, updates, where, input, debounce, batch)
+    if singleton is not None and not isinstance(singleton, Singleton):
+        raise ConfigurationError("singleton must be a durable.Singleton(key=..., limit=..., max_queue_depth=...)")
+    wf = WorkflowDef(
+        name=_check_name(name or func.__name__, "workflow"),
+        version=version,
+        fn=func,
+        tags=tuple(tags),
+        timeout=_opt_seconds(timeout, "workflow timeout"),
+        validate=validate,
+        takes_input=_takes_input(func),
+        on_event=tuple(on_event),
+        updates=dict(updates or {}),
+        where=where,
+        event_input=input,
+        debounce=_opt_seconds(debounce, "debounce"),
+        batch=batch_spec,
+        retention=_retention(retention, name or func.__name__),
+        singleton=singleton,
+    )
+    runtime.registry.add_workflow(wf)
+    runtime.registry.set_schedules(wf.name, _schedule_keys(wf.name, schedule, schedules))
+    func.__durable_workflow__ = wf  # type: ignore[attr-defined]
+    return func
 
 
 @overload

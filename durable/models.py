@@ -7,7 +7,6 @@ through :mod:`durable.store`. User payloads are ``PayloadField`` columns (encode
 from __future__ import annotations
 
 from django.db import models
-from django.utils.translation import gettext_lazy as _
 
 from durable.codecs.fields import PayloadField
 
@@ -19,52 +18,17 @@ from durable.engine.vocab import CheckpointKind as CheckpointKind
 from durable.engine.vocab import CheckpointStatus as CheckpointStatus
 from durable.engine.vocab import EntityOpStatus
 from durable.engine.vocab import RunStatus as RunStatus
-from durable.runtime import now as clock_now
 
-# Labels for the admin and the API; the values are the engine's (durable.engine.vocab).
-RUN_STATUS_LABELS = {
-    RunStatus.QUEUED: _("Queued"),
-    RunStatus.PENDING: _("Pending"),
-    RunStatus.RUNNING: _("Running"),
-    RunStatus.SUSPENDED: _("Suspended"),
-    RunStatus.BLOCKED: _("Blocked"),
-    RunStatus.COMPLETED: _("Completed"),
-    RunStatus.FAILED: _("Failed"),
-    RunStatus.CANCELLED: _("Cancelled"),
-    RunStatus.DEAD: _("Dead"),
-}
-CHECKPOINT_STATUS_LABELS = {
-    CheckpointStatus.PENDING: _("Pending"),
-    CheckpointStatus.RUNNING: _("Running"),
-    CheckpointStatus.COMPLETED: _("Completed"),
-    CheckpointStatus.FAILED: _("Failed"),
-}
-CHECKPOINT_KIND_LABELS = {
-    CheckpointKind.STEP: _("Dispatched step"),
-    CheckpointKind.LOCAL: _("Local step"),
-    CheckpointKind.SLEEP: _("Sleep"),
-    CheckpointKind.SIGNAL: _("Signal"),
-    CheckpointKind.NOW: _("Time"),
-    CheckpointKind.UUID: _("UUID"),
-    CheckpointKind.SIDE_EFFECT: _("Side effect"),
-    CheckpointKind.CHILD: _("Child workflow"),
-    CheckpointKind.START_CHILD: _("Started child"),
-    CheckpointKind.WAIT_RUN: _("Wait for run"),
-    CheckpointKind.EVENT: _("Named event"),
-    CheckpointKind.UPDATE: _("Update"),
-    CheckpointKind.ATTRIBUTES: _("Search attributes"),
-    CheckpointKind.TRANSACTION: _("Database transaction"),
-    CheckpointKind.COMPENSATION: _("Compensation"),
-    CheckpointKind.ENTITY: _("Entity operation"),
-    CheckpointKind.CALLBACK: _("Callback"),
-    CheckpointKind.CALLBACK_WAIT: _("Wait for callback"),
-    CheckpointKind.BREAKPOINT: _("Breakpoint"),
-}
-RUN_STATUS_CHOICES = [(status.value, label) for status, label in RUN_STATUS_LABELS.items()]
-CHECKPOINT_STATUS_CHOICES = [(status.value, label) for status, label in CHECKPOINT_STATUS_LABELS.items()]
-ADMISSION_LABELS = {Admission.WAITING: _("Waiting for its queue"), Admission.ADMITTED: _("Admitted")}
-ADMISSION_CHOICES = [(value.value, label) for value, label in ADMISSION_LABELS.items()]
-CHECKPOINT_KIND_CHOICES = [(kind.value, label) for kind, label in CHECKPOINT_KIND_LABELS.items()]
+# Re-exported: the admin and the API read the labels and choices from here.
+from durable.labels import ADMISSION_CHOICES as ADMISSION_CHOICES
+from durable.labels import ADMISSION_LABELS as ADMISSION_LABELS
+from durable.labels import CHECKPOINT_KIND_CHOICES as CHECKPOINT_KIND_CHOICES
+from durable.labels import CHECKPOINT_KIND_LABELS as CHECKPOINT_KIND_LABELS
+from durable.labels import CHECKPOINT_STATUS_CHOICES as CHECKPOINT_STATUS_CHOICES
+from durable.labels import CHECKPOINT_STATUS_LABELS as CHECKPOINT_STATUS_LABELS
+from durable.labels import RUN_STATUS_CHOICES as RUN_STATUS_CHOICES
+from durable.labels import RUN_STATUS_LABELS as RUN_STATUS_LABELS
+from durable.runtime import now as clock_now
 
 
 def _set(column: str) -> models.Q:

@@ -111,8 +111,11 @@ def _rekey_rows(
 def _writer(model: type[models.Model], payload: PayloadField) -> Callable[[Any, str, Any], bool]:
     """A compare-and-set of one row's column: True when the row still held ``text`` and was rewritten."""
     table, pk, column = _names(model, payload)
-    cast = "::jsonb" if connection.vendor == "postgresql" else ""
-    sql = f"UPDATE {table} SET {column} = %s{cast} WHERE {pk} = %s AND CAST({column} AS TEXT) = %s"
+    # The column's own type as a standard CAST (jsonb on PostgreSQL, text on SQLite).
+    sql = (
+        f"UPDATE {table} SET {column} = CAST(%s AS {payload.cast_db_type(connection)}) "
+        f"WHERE {pk} = %s AND CAST({column} AS TEXT) = %s"
+    )
 
     def write(pk: Any, text: str, value: Any) -> bool:
         with connection.cursor() as cursor:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import durable
+from durable import conf
 from durable.engine.clock import FakeClock
 from durable.engine.core import AnyFleet, Engine
 from durable.engine.leases import LeaseKeeper
@@ -29,30 +29,33 @@ calls: Counter[str] = Counter()
 attempts: Counter[str] = Counter()
 
 
-SETTINGS = SimpleNamespace(
-    transport="manual",
-    lease=30.0,
-    reconcile_after=300.0,
-    max_recovery_attempts=5,
-    worker_interval=1.0,
-    worker_threads=1,
-    embedded_worker=False,
-    default_namespace="default",
-    step_execution_lease=60.0,
-    step_lease=None,
-    step_redispatch_max=3,
-    heartbeat_interval=5.0,
-    max_payload_bytes=1024 * 1024,
-    sweep_batch=100,
-    fleet_check=False,
-    eager_steps=False,
-    fleet_ttl=30.0,
-    prepared_statements=False,
-    retention={"completed": 30 * 86400.0, "cancelled": 30 * 86400.0, "failed": 90 * 86400.0, "dead": None},
-    retention_archive=None,
-    retention_batch=500,
-    retention_interval=600.0,
-    queues={},
+# The engine's settings as DURABLE would give them (parsed, so a new setting takes its default here too).
+SETTINGS = conf.parse(
+    {
+        "TRANSPORT": "manual",
+        "LEASE": 30.0,
+        "RECONCILE_AFTER": 300.0,
+        "MAX_RECOVERY_ATTEMPTS": 5,
+        "WORKER_INTERVAL": 1.0,
+        "WORKER_THREADS": 1,
+        "EMBEDDED_WORKER": False,
+        "DEFAULT_NAMESPACE": "default",
+        "STEP_EXECUTION_LEASE": 60.0,
+        "STEP_LEASE": None,
+        "STEP_REDISPATCH_MAX": 3,
+        "HEARTBEAT_INTERVAL": 5.0,
+        "MAX_PAYLOAD_BYTES": 1024 * 1024,
+        "SWEEP_BATCH": 100,
+        "FLEET_CHECK": False,
+        "EAGER_STEPS": False,
+        "FLEET_TTL": 30.0,
+        "PREPARED_STATEMENTS": False,
+        "RETENTION": {"completed": 30 * 86400.0, "cancelled": 30 * 86400.0, "failed": 90 * 86400.0, "dead": None},
+        "RETENTION_ARCHIVE": None,
+        "RETENTION_BATCH": 500,
+        "RETENTION_INTERVAL": 600.0,
+        "QUEUES": {},
+    }
 )
 
 

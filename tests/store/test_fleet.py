@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable.engine.plan import LEASE_ENDED_BEFORE
+from durable.engine.plan_steps import LEASE_ENDED_BEFORE
 from durable.engine.ports import LeasesExpired
 from tests.store.conftest import at, running, step, suspended
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from durable.engine import plan
+from durable.engine import plan, plan_steps
 from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, TurnWrites, Waiter
 from durable.engine.vocab import (
     EVENT_TOKEN,
@@ -247,7 +247,7 @@ def test_a_page_shares_one_statement_per_shape_and_owner():
 
 
 def test_a_step_claim_takes_a_pending_due_step_of_an_active_run():
-    claim = plan.plan_step_claim("r1", 2, "worker", NOW, LEASE)
+    claim = plan_steps.plan_step_claim("r1", 2, "worker", NOW, LEASE)
     assert (claim.kind, claim.expect) == (CheckpointKind.STEP, CheckpointStatus.PENDING)
     assert RunStatus.SUSPENDED in claim.run_statuses and RunStatus.CANCELLED not in claim.run_statuses
     assert claim.sets == {
@@ -262,7 +262,7 @@ def test_a_step_claim_takes_a_pending_due_step_of_an_active_run():
 
 
 def test_a_step_result_settles_an_open_checkpoint_and_wakes_the_run():
-    ok = plan.plan_step_result("r1", 2, NOW, output={"v": 1})
+    ok = plan_steps.plan_step_result("r1", 2, NOW, output={"v": 1})
     assert ok.wake and not ok.retry and ok.take is None
     assert ok.open == tuple(UNSETTLED) and ok.ignored_runs == (RunStatus.CANCELLED, RunStatus.COMPLETED)
     assert ok.sets == {
@@ -273,13 +273,13 @@ def test_a_step_result_settles_an_open_checkpoint_and_wakes_the_run():
         "finished_at": NOW,
         "locked_by": None,
     }
-    failed = plan.plan_step_result("r1", 2, NOW, output="ignored", error={"m": 1}, take=("me", LEASE))
+    failed = plan_steps.plan_step_result("r1", 2, NOW, output="ignored", error={"m": 1}, take=("me", LEASE))
     assert failed.sets["status"] == CheckpointStatus.FAILED and failed.sets["output"] is None
     assert failed.take == ("me", LEASE)
 
 
 def test_a_step_retry_puts_the_checkpoint_back_to_pending_and_wakes_nothing():
-    retry = plan.plan_step_result("r1", 2, NOW, error={"m": 1}, retry_at=LATER)
+    retry = plan_steps.plan_step_result("r1", 2, NOW, error={"m": 1}, retry_at=LATER)
     assert retry.retry and not retry.wake
     assert retry.sets == {
         "status": CheckpointStatus.PENDING,

@@ -234,6 +234,22 @@ class StepOps(OpsBase):
             self._to_admit.add(queue)
             self._port.after_commit(lambda: admission.admit_next(engine, [queue]))
 
+    def _hold_step_lease(self, seq: int, lease: timedelta) -> Any:
+        """Renew the execution lease of the step at ``seq`` (run here) every third of it, until released."""
+        engine, run_id, owner = self._engine, self.run_id, self._engine.owner
+        return engine.keeper.hold(
+            lease.total_seconds() / 3,
+            lambda: engine.store.renew_step(run_id, seq, owner, engine.clock.now() + lease),
+            lambda: None,  # the commit that settles it finds out
+        )
+
+    def _redispatch_after_commit(self, seq: int, route: str | None, delay: float) -> None:
+        """Hand the retry of the step at ``seq`` to the broker once the commit that schedules it is done."""
+        engine, run_id, namespace = self._engine, self.run_id, self.namespace
+        self._port.after_commit(
+            lambda: engine.transport.dispatch_step(run_id, seq, route, delay=delay, namespace=namespace)
+        )
+
     def _run_here(self, seq: int, sd: StepDef, args: tuple[Any, ...], kwargs: dict[str, Any], undo: Any) -> Any:
         """Run a dispatched step in this worker, during the turn (``EAGER_STEPS``).
 
@@ -266,11 +282,7 @@ class StepOps(OpsBase):
         )
         port.flush()
         run_id = self.run_id
-        hold = engine.keeper.hold(
-            lease.total_seconds() / 3,
-            lambda: engine.store.renew_step(run_id, seq, owner, engine.clock.now() + lease),
-            lambda: None,  # the commit that settles it finds out
-        )
+        hold = self._hold_step_lease(seq, lease)
         span = self._step_span(seq, sd.name, 1, sd.route, observe.EAGER)
         try:
             with running(StepInfo(run_id, seq, sd.name, 1)):
@@ -284,10 +296,7 @@ class StepOps(OpsBase):
             if delay is not None:
                 retry_at = self._clock.now() + timedelta(seconds=delay)
                 settle(PENDING, error=err, retry_at=retry_at, wake_at=retry_at)
-                namespace = self.namespace
-                port.after_commit(
-                    lambda: engine.transport.dispatch_step(run_id, seq, sd.route, delay=delay, namespace=namespace)
-                )
+                self._redispatch_after_commit(seq, sd.route, delay)
                 raise self._suspend(event=True) from None
             settle(FAILED, error=err, finished_at=self._clock.now())
             port.flush()

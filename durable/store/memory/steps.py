@@ -6,8 +6,8 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from durable.engine.plan import StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
 from durable.engine.plan_queues import AdmissionRead, claimable
+from durable.engine.plan_steps import StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.engine.vocab import SETTLED, Admission, CheckpointStatus
 from durable.store.memory.base import MemoryBase, atomically
@@ -33,7 +33,7 @@ class StepsPart(MemoryBase):
     ) -> StepClaim | None:
         """Claim a pending, due step of an active run for ``owner`` (one attempt counted).
 
-        The plan's conditions (:func:`durable.engine.plan.plan_step_claim`): a
+        The plan's conditions (:func:`durable.engine.plan_steps.plan_step_claim`): a
         ``step`` checkpoint still ``pending``, its retry due, its run active.
         """
         plan = plan_step_claim(run_id, seq, owner, now, lease_until)

@@ -6,8 +6,8 @@ from collections.abc import Callable, Collection, Iterator
 from datetime import datetime, timedelta
 from typing import Any
 
-from durable.engine.plan import plan_lease_expiry
 from durable.engine.plan_queues import claimable
+from durable.engine.plan_steps import plan_lease_expiry
 from durable.engine.ports import LeasesExpired, RunRecord
 from durable.engine.vocab import ACTIVE, UNSETTLED, CheckpointKind, CheckpointStatus, RunStatus
 from durable.store.memory.base import MemoryBase, atomically, dead_letter, locked

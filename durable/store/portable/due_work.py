@@ -12,8 +12,8 @@ from django.db.models import F, Min, Q, QuerySet
 from durable.engine.ports import RunRecord
 from durable.engine.vocab import ACTIVE, UNSETTLED, Admission, CheckpointKind, CheckpointStatus, RunStatus
 from durable.models import Checkpoint, Run, SignalWaiter
+from durable.store.claim_statements import claim_page_params, claim_page_sql
 from durable.store.portable.shared import StoreBase, run_record, ts
-from durable.store.statements import claim_page_params, claim_page_sql
 
 Namespaces = Collection[str] | None
 

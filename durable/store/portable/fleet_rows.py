@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import transaction
 
-from durable.engine.plan import plan_lease_expiry
+from durable.engine.plan_steps import plan_lease_expiry
 from durable.engine.ports import LeasesExpired
 from durable.engine.vocab import CheckpointKind, CheckpointStatus, RunStatus
 from durable.models import Checkpoint, Run, WorkerDescriptor

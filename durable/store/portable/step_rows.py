@@ -9,8 +9,8 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Case, F, Value, When
 
-from durable.engine.plan import StepClaimPlan, StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
 from durable.engine.plan_queues import AdmissionRead, claimable
+from durable.engine.plan_steps import StepClaimPlan, StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.engine.vocab import SETTLED, Admission, CheckpointStatus, RunStatus
 from durable.models import Checkpoint, Run
@@ -41,7 +41,7 @@ class StepRows(StoreBase):
         lease_until: datetime,
         timeout_of: Callable[[str], float | None] = lambda name: None,
     ) -> StepClaim | None:
-        """Claim a pending, due step of an active run (see :class:`durable.engine.plan.StepClaimPlan`)."""
+        """Claim a pending, due step of an active run (see :class:`durable.engine.plan_steps.StepClaimPlan`)."""
         return self._claim_step(plan_step_claim(run_id, seq, owner, now, lease_until), timeout_of)
 
     def _claim_step(self, plan: StepClaimPlan, timeout_of: Callable[[str], float | None]) -> StepClaim | None:

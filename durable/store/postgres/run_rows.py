@@ -7,24 +7,20 @@ from typing import Any
 
 from durable.engine.ports import CheckpointRecord, HistoryDelta, RunRecord
 from durable.engine.vocab import RunStatus
+from durable.store.claim_statements import (
+    PG_CLAIM_DUE_PAGE,
+    PG_CLAIM_DUE_PAGE_SCOPED,
+    PG_CLAIM_PENDING_PAGE,
+    PG_CLAIM_PENDING_PAGE_SCOPED,
+    claim_page_params,
+)
 from durable.store.portable.due_work import DueWork
 from durable.store.portable.histories import HistoryRows
 from durable.store.portable.run_reads import RunReads
 from durable.store.portable.run_rows import RunRows
 from durable.store.postgres.base import PostgresBase
 from durable.store.postgres.rows import to_checkpoint, to_run
-from durable.store.statements import (
-    PG_ACQUIRE,
-    PG_CLAIM_DUE_PAGE,
-    PG_CLAIM_DUE_PAGE_SCOPED,
-    PG_CLAIM_PENDING_PAGE,
-    PG_CLAIM_PENDING_PAGE_SCOPED,
-    PG_LEASE_HELD,
-    PG_LOAD_CHECKPOINTS,
-    PG_LOAD_DELTA,
-    PG_LOAD_HISTORIES,
-    claim_page_params,
-)
+from durable.store.statements import PG_ACQUIRE, PG_LEASE_HELD, PG_LOAD_CHECKPOINTS, PG_LOAD_DELTA, PG_LOAD_HISTORIES
 
 
 class PostgresRuns(PostgresBase, RunRows, RunReads, HistoryRows, DueWork):

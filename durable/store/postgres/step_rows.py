@@ -8,8 +8,8 @@ from typing import Any
 
 from django.db import connection
 
-from durable.engine.plan import StepClaimPlan, StepResultPlan, plan_step_result
 from durable.engine.plan_queues import AdmissionRead
+from durable.engine.plan_steps import StepClaimPlan, StepResultPlan, plan_step_result
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.engine.vocab import RunStatus
 from durable.store.portable.step_rows import StepRows
