@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import UTC, datetime, timedelta
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import durable
+from durable import conf
 from durable.engine.clock import FakeClock
 from durable.engine.core import AnyFleet, Engine
 from durable.engine.history import History
@@ -31,20 +31,23 @@ from durable.transports.manual import ManualTransport
 from durable.worker.due import wake_due_runs
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
-SETTINGS = SimpleNamespace(
-    transport="manual",
-    lease=30.0,
-    reconcile_after=300.0,
-    max_recovery_attempts=5,
-    worker_interval=1.0,
-    worker_threads=1,
-    sweep_batch=100,
-    step_execution_lease=60.0,
-    step_lease=None,
-    max_payload_bytes=1024 * 1024,
-    fleet_check=False,
-    eager_steps=False,
-    queues={},
+# The engine's settings as DURABLE would give them (parsed, so a new setting takes its default here too).
+SETTINGS = conf.parse(
+    {
+        "TRANSPORT": "manual",
+        "LEASE": 30.0,
+        "RECONCILE_AFTER": 300.0,
+        "MAX_RECOVERY_ATTEMPTS": 5,
+        "WORKER_INTERVAL": 1.0,
+        "WORKER_THREADS": 1,
+        "SWEEP_BATCH": 100,
+        "STEP_EXECUTION_LEASE": 60.0,
+        "STEP_LEASE": None,
+        "MAX_PAYLOAD_BYTES": 1024 * 1024,
+        "FLEET_CHECK": False,
+        "EAGER_STEPS": False,
+        "QUEUES": {},
+    }
 )
 events: list[str] = []
 
