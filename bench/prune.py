@@ -9,21 +9,24 @@ Three phases on one database (``bench_prune``, dropped and created again):
    ``--checkpoints`` checkpoints, inserted by ``INSERT ... SELECT`` over
    ``generate_series`` from one template row per table (every column as the
    ORM writes it), then ``ANALYZE``.
-2. **Workload 1 alone**: ``python -m bench.ours inproc`` (3 local steps per
+2. **Workload 1 before**: ``python -m bench.ours inproc`` (3 local steps per
    workflow, ``--mode`` signal or caller), ``--w1-reps`` repetitions, with the
    fixture in place.
-3. **Beside the prune**: ``manage.py durable_prune --json`` in its own
-   process deletes every expired run (``RETENTION_BATCH`` per transaction)
-   (resting three times each batch's time between batches, as the sweep does;
-   ``--fast``: flat out) while workload 1 repeats one repetition after another; only repetitions
-   that ended before the prune did count. Then workload 1 once more alone,
-   on the pruned tables.
+3. **Beside the prune, paired**: ``manage.py durable_prune --json`` in its own
+   process deletes every expired run (``RETENTION_BATCH`` per transaction,
+   resting three times each batch's time between batches, as the sweep does;
+   ``--fast``: flat out). Meanwhile workload 1 runs in pairs of repetitions:
+   one with the prune paused (SIGSTOP, once its statement in the server has
+   ended), one beside it (SIGCONT), in alternating order, so both sides of a
+   pair see the same tables and the same machine. Then workload 1 once more
+   alone, on the pruned tables.
 
 Reported (printed, and written to ``bench/results/prune-<timestamp>.json``):
-workload 1's workflows/s alone and beside (medians) and their ratio (the issue
-asks for at least 0.8), the prune's rate in runs/s and rows/s, and the load
-average. Run it on a quiet machine: the ratio means nothing when something
-else competes for the cores.
+workload 1's workflows/s alone and beside, the **paired ratio** beside/alone
+(median, min, max of the pairs; the issue asks for at least 0.8) and the ratio
+of medians, the prune's rate in runs/s and rows/s over its running (not
+paused) time, and the load average, flagged noisy above the cores. Run it on a
+quiet machine.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -38,6 +42,8 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from bench.pairing import noisy, ratios
 
 DB = os.environ.get("BENCH_PRUNE_DB", "postgres://postgres@127.0.0.1:5432/bench_prune")
 os.environ["DATABASE_URL"] = DB
@@ -105,21 +111,63 @@ def w1(args: argparse.Namespace, reps: int, warmup: int) -> list[float]:
     return [result["workflows_per_s"]["median"]] if reps == 1 else list(result["workflows_per_s"]["values"])
 
 
-def beside(args: argparse.Namespace) -> tuple[dict[str, Any], list[float], float]:
-    """Start the prune, repeat workload 1 until it ends; the prune's report, the overlapping reps, its seconds."""
+def _idle(app: str) -> None:
+    """Wait until the prune's database session runs no statement (it was paused mid-batch)."""
+    import psycopg
+
+    with psycopg.connect(DB.replace("postgres://", "postgresql://"), autocommit=True) as conn:
+        for _ in range(600):
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = 'active'", [app]
+            ).fetchone()
+            if not row or not row[0]:
+                return
+            time.sleep(0.05)
+
+
+def beside(args: argparse.Namespace) -> dict[str, Any]:
+    """Start the prune; pairs of workload 1 repetitions, one with the prune paused, one beside it.
+
+    The prune process is paused with SIGSTOP (after its current statement ends
+    in the server) for the "alone" repetition of each pair and resumed with
+    SIGCONT for the "beside" one; the order inside a pair alternates. Both
+    repetitions of a pair run on the same tables, so the pair's ratio measures
+    the prune and nothing else. A pair whose "beside" repetition outlived the
+    prune is dropped.
+    """
+    app = f"bench-prune-{os.getpid()}"
     cmd = [sys.executable, "manage.py", "durable_prune", "--json", *(["--fast"] if args.fast else [])]
     started = time.perf_counter()
-    prune = subprocess.Popen(cmd, env=_env(), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    rates: list[float] = []
+    prune = subprocess.Popen(
+        cmd, env=_env(PGAPPNAME=app), cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    alone: list[float] = []
+    with_prune: list[float] = []
+    paused = 0.0
+    pair = 0
     while prune.poll() is None:
-        rate = w1(args, 1, 3)
-        if prune.poll() is None:  # this repetition ran entirely beside the prune
-            rates.append(rate[0])
+        measured: dict[str, float] = {}
+        for side in ("alone", "beside") if pair % 2 == 0 else ("beside", "alone"):
+            if side == "alone" and prune.poll() is None:
+                stopped = time.perf_counter()
+                prune.send_signal(signal.SIGSTOP)
+                _idle(app)
+                measured["alone"] = w1(args, 1, 3)[0]
+                prune.send_signal(signal.SIGCONT)
+                paused += time.perf_counter() - stopped
+            elif side == "beside" and prune.poll() is None:
+                rate = w1(args, 1, 3)[0]
+                if prune.poll() is None:  # this repetition ran entirely beside the prune
+                    measured["beside"] = rate
+        if len(measured) == 2:
+            alone.append(measured["alone"])
+            with_prune.append(measured["beside"])
+        pair += 1
     seconds = time.perf_counter() - started
     out, err = prune.communicate()
     if prune.returncode != 0:
         raise RuntimeError(f"durable_prune failed ({prune.returncode}):\n{(out + err)[-3000:]}")
-    return json.loads(out), rates, seconds
+    return {"report": json.loads(out), "alone": alone, "beside": with_prune, "prune_s": seconds, "paused_s": paused}
 
 
 def _median(values: list[float]) -> float | None:
@@ -128,10 +176,10 @@ def _median(values: list[float]) -> float | None:
 
 def _result(args: argparse.Namespace, measured: dict[str, Any]) -> dict[str, Any]:
     """The JSON document of one run of the benchmark, from what :func:`main` measured."""
-    alone, overlapping, after = measured["alone"], measured["beside"], measured["after"]
-    report, prune_s = measured["report"], measured["prune_s"]
+    report, prune_s, paused_s = measured["report"], measured["prune_s"], measured["paused_s"]
     deleted, rows = report["total"], sum(report["rows"].values())
-    ratio = statistics.median(overlapping) / statistics.median(alone) if overlapping else None
+    running_s = max(prune_s - paused_s, 1e-9)
+    paired = ratios(measured["beside"], measured["alone"], higher_is_better=True)
     return {
         "started_at": measured["started_at"].isoformat(),
         "runs": args.runs,
@@ -141,13 +189,17 @@ def _result(args: argparse.Namespace, measured: dict[str, Any]) -> dict[str, Any
         "w1": {
             "mode": args.mode,
             "workflows": args.w1_workflows,
-            "alone_workflows_per_s": alone,
-            "beside_workflows_per_s": overlapping,
-            "after_workflows_per_s": after,
-            "alone_median": _median(alone),
-            "beside_median": _median(overlapping),
-            "after_median": _median(after),
-            "ratio_beside_alone": round(ratio, 3) if ratio is not None else None,
+            "before_workflows_per_s": measured["before"],
+            "alone_workflows_per_s": measured["alone"],
+            "beside_workflows_per_s": measured["beside"],
+            "after_workflows_per_s": measured["after"],
+            "before_median": _median(measured["before"]),
+            "alone_median": _median(measured["alone"]),
+            "beside_median": _median(measured["beside"]),
+            "after_median": _median(measured["after"]),
+            "pairs": len(measured["beside"]),
+            "beside_vs_alone_paired": paired["paired"],
+            "beside_vs_alone_of_medians": paired["of_medians"],
         },
         "prune": {
             "fast": args.fast,
@@ -156,10 +208,12 @@ def _result(args: argparse.Namespace, measured: dict[str, Any]) -> dict[str, Any
             "batches": report["batches"],
             "busy_seconds": report["busy_seconds"],
             "seconds": round(prune_s, 1),
-            "runs_per_s": round(deleted / prune_s, 1),
-            "rows_per_s": round(rows / prune_s, 1),
+            "paused_seconds": round(paused_s, 1),
+            "runs_per_s": round(deleted / running_s, 1),
+            "rows_per_s": round(rows / running_s, 1),
         },
-        "loadavg_1m": measured["load"],
+        "load": measured["load"],
+        "noisy": measured["noisy"],
         "cores": os.cpu_count(),
     }
 
@@ -192,21 +246,28 @@ def main() -> None:
     m: dict[str, Any] = {"started_at": started_at, "batch": get_engine().settings.retention_batch}
     m["fixture_s"] = build_fixture(args.runs, args.checkpoints, started_at - timedelta(days=60))
     print(f"fixture: {args.runs:,} runs x {args.checkpoints} checkpoints in {m['fixture_s']:.1f} s", flush=True)
-    m["alone"] = w1(args, args.w1_reps, 20)
-    print(f"workload 1 alone: {_median(m['alone'])} workflows/s", flush=True)
+    m["before"] = w1(args, args.w1_reps, 20)
+    print(f"workload 1 before the prune: {_median(m['before'])} workflows/s", flush=True)
     load_before = os.getloadavg()[0]
-    m["report"], m["beside"], m["prune_s"] = beside(args)
-    m["load"] = {"before_prune": round(load_before, 2), "after_prune": round(os.getloadavg()[0], 2)}
+    m.update(beside(args))
+    load_after = os.getloadavg()[0]
+    m["load"] = {"before_prune": round(load_before, 2), "after_prune": round(load_after, 2)}
+    m["noisy"] = noisy([load_before, load_after], os.cpu_count() or 1)
     m["after"] = w1(args, args.w1_reps, 5)
     result = _result(args, m)
     prune, w = result["prune"], result["w1"]
+    pr = w["beside_vs_alone_paired"]
     print(
-        f"prune: {prune['deleted_runs']:,} runs ({prune['deleted_rows']:,} rows) in {prune['seconds']} s = "
-        f"{prune['runs_per_s']:,.0f} runs/s; workload 1 alone {w['alone_median']}/s, beside {w['beside_median']}/s "
-        f"({len(m['beside'])} reps), ratio {w['ratio_beside_alone']}; after {w['after_median']}/s"
+        f"prune: {prune['deleted_runs']:,} runs ({prune['deleted_rows']:,} rows) in {prune['seconds']} s "
+        f"({prune['paused_seconds']} s of it paused) = {prune['runs_per_s']:,.0f} runs/s, "
+        f"{prune['rows_per_s']:,.0f} rows/s while running; workload 1 in {w['pairs']} pairs: alone "
+        f"{w['alone_median']}/s, beside {w['beside_median']}/s, paired beside/alone {pr.get('median')} "
+        f"(min {pr.get('min')}, max {pr.get('max')}); before {w['before_median']}/s, after {w['after_median']}/s"
     )
+    if result["noisy"]:
+        print("WARNING: the load average exceeded the cores: these figures are not conclusive")
     if not m["beside"]:
-        print("WARNING: no repetition of workload 1 ran entirely beside the prune: raise --runs")
+        print("WARNING: no pair of workload 1 repetitions ran entirely beside the prune: raise --runs")
     Path(args.out).mkdir(parents=True, exist_ok=True)
     path = Path(args.out) / f"prune-{started_at.strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")

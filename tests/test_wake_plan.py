@@ -28,9 +28,9 @@ from durable.store.statements import (
     PG_LEASE_HELD,
     PG_POKE_IF_SETTLED,
     PG_WAKE_WAITERS,
-    PostgresStatements,
     col,
 )
+from durable.store.typed_statements import PostgresStatements
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
 

@@ -4,7 +4,7 @@ An admission is two statements in one transaction: :data:`PG_ADMIT_READ`
 locks the queue row and reads everything the plan decides on; then
 :data:`PG_ADMIT_GRANT` writes every grant and rewrites the queue row. A
 step's result can carry the same read, unlocked (:func:`admit_read`, in
-:meth:`~durable.store.statements.PostgresStatements.finish_step`); the
+:meth:`~durable.store.typed_statements.PostgresStatements.finish_step`); the
 grants chosen from it are then :data:`PG_ADMIT_GRANT` alone, with the row's
 version as read.
 

@@ -17,8 +17,8 @@ from durable.store.statements import (
     PG_INSERT_RUN_NOTIFY,
     PG_NOTIFY_RUNS,
     PG_WAKE_WAITERS,
-    PostgresStatements,
 )
+from durable.store.typed_statements import PostgresStatements
 
 
 class PostgresBase(StoreBase):

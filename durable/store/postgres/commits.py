@@ -1,7 +1,7 @@
 """A turn's commit as one statement, and a page's final commits as one statement per shape.
 
 Plans of shape ``BATCH`` or ``STATEMENT`` (:mod:`durable.engine.plan`) run as
-the single statements of :class:`durable.store.statements.PostgresStatements`;
+the single statements of :class:`durable.store.typed_statements.PostgresStatements`;
 ``TRANSACTION`` plans run as the portable store runs them. Outside a
 transaction one statement is one round trip and one commit instead of BEGIN,
 several statements and COMMIT; inside one (``ctx.transaction``, a test) it
