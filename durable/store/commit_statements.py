@@ -43,11 +43,12 @@ from durable.store.statements import (
 # commit leaves as stored when unset (plan.KEEP_IF_UNSET) keep their stored value here.
 _KEEP_IF_UNSET = {"started_at": "COALESCE(u.{c}, cp.{c})", "attempts": "COALESCE(NULLIF(u.{c}, 0), cp.{c})"}
 _RUN_ID = "run"
-# Where each inserted checkpoint column's value comes from: the run's id, a record field, or the default.
-_CP_SOURCES: list[tuple[Field[Any, Any], str | None]] = [
-    (f, _RUN_ID if f.name == "run" else f.name if f.name in _CP_RECORD else None) for f in CP_INSERT
+# Where each inserted checkpoint column's value comes from (the run's id, a record field, or the
+# field's default), and whether it is JSON (adapted) or passes as is; worked out once.
+_CP_SOURCES: list[tuple[Field[Any, Any], str | None, bool]] = [
+    (f, _RUN_ID if f.name == "run" else f.name if f.name in _CP_RECORD else None, isinstance(f, JSONField))
+    for f in CP_INSERT
 ]
-_CP_JSON = {f for f in CP_INSERT if isinstance(f, JSONField)}
 # Commit texts kept per statements object (one per shape; the shapes a project's workflows make are few).
 _TEXTS_KEPT = 256
 
@@ -73,6 +74,7 @@ class CommitStatements:
         self._connection = connection
         self._casts: dict[Field[Any, Any], str] = {}
         self._commit_texts: dict[tuple[Any, ...], str] = {}
+        self._adapt_json: Any = None  # the backend's JSON adapter, looked up once (it keeps no state)
 
     def param(self, field: Field[Any, Any]) -> str:
         cast = self._casts.get(field)
@@ -91,7 +93,10 @@ class CommitStatements:
                 return None
             if isinstance(field, PayloadField):
                 value = field.seal(value)
-            return self._connection.ops.adapt_json_value(value, field.encoder)
+            adapt = self._adapt_json
+            if adapt is None:
+                adapt = self._adapt_json = self._connection.ops.adapt_json_value
+            return adapt(value, field.encoder)
         return value
 
     def _cp_value(self, run_id: str, rec: CheckpointRecord, field: Field[Any, Any]) -> Any:
@@ -184,12 +189,12 @@ class CommitStatements:
     def _insert_values(self, run_id: str, rec: CheckpointRecord) -> list[Any]:
         """One checkpoint row's values in :data:`CP_INSERT` order, prepared for their columns."""
         values: list[Any] = []
-        for field, source in _CP_SOURCES:
+        for field, source, json in _CP_SOURCES:
             if source is _RUN_ID:
                 values.append(run_id)
                 continue
             value = getattr(rec, source) if source is not None else field.get_default()
-            values.append(self.prep(field, value) if field in _CP_JSON else value)
+            values.append(self.prep(field, value) if json else value)
         return values
 
     def _consumed_and_cleared(self, plan: CommitPlan, params: list[Any]) -> list[str]:
