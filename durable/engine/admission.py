@@ -138,14 +138,18 @@ def read_request(engine: Engine, queue: str | None) -> AdmissionRead | None:
 def after_result(engine: Engine, queue: str | None, read: AdmissionRead | None) -> None:
     """A step's result freed its slot of ``queue``: admit the next steps, from ``read`` when its write filled it.
 
-    Grants chosen from what the result's statement read cost one statement;
-    the admission still reads under the lock when that read found nothing
-    to admit (a step written waiting meanwhile must not be missed: the write
-    that freed the slot read before its own commit), when it is stale, or
-    when the store did not fill it. Never raises (see :func:`admit_next`).
+    Grants chosen from what the result's statement read cost one statement,
+    and a fresh read that found room and nothing waiting costs none
+    (:meth:`~durable.engine.plan_queues.QueueSeen.nothing_waits`). The
+    admission still reads under the lock when that read found the queue full
+    or paused, when it is stale (a step may have been written waiting
+    meanwhile), or when the store did not fill it. Never raises (see
+    :func:`admit_next`).
     """
     if queue is None or not limited(engine, queue):
         return
+    if read is not None and read.seen is not None and read.seen.nothing_waits(read.plan):
+        return  # no statement: nothing waits that this slot could take (durable.store.queue_statements)
     if read is None or read.seen is None or not read.seen.candidates:
         admit_next(engine, [queue])
         return

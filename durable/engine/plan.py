@@ -37,6 +37,7 @@ from durable.engine.vocab import (
     RUN_TOKEN,
     TERMINAL,
     WAIT_KINDS,
+    Admission,
     RunStatus,
 )
 
@@ -179,6 +180,10 @@ class CommitPlan:
     recheck: tuple[int, ...]
     after: AfterCommit
     shape: Shape
+    # Limited queues this commit writes waiting steps into: their queue rows are rewritten in the
+    # same write, so a step result that reads the queue concurrently sees that it may have missed
+    # them (durable.store.queue_statements); never part of a shared statement.
+    waited_queues: tuple[str, ...] = ()
 
     @property
     def suspends(self) -> bool:
@@ -250,7 +255,22 @@ def _shape(writes: TurnWrites, outcome: Outcome | None) -> Shape:
             return Shape.STATEMENT  # its waiter rows are cleared: a statement of its own
     elif writes.consumed_signals:
         return Shape.STATEMENT
+    if _waited_queues(writes):
+        return Shape.STATEMENT  # it rewrites queue rows: a statement of its own
     return Shape.STATEMENT if any(w.claimed_by for w in writes.checkpoints) else Shape.BATCH
+
+
+def _waited_queues(writes: TurnWrites) -> tuple[str, ...]:
+    """The queues of the steps this commit creates waiting for admission (sorted: rows locked in order)."""
+    return tuple(
+        sorted(
+            {
+                w.record.queue
+                for w in writes.checkpoints
+                if w.create and w.record.admission == Admission.WAITING and w.record.queue
+            }
+        )
+    )
 
 
 def _waiter_change(writes: TurnWrites, outcome: Outcome) -> WaiterChange | None:
@@ -304,6 +324,7 @@ def plan_commit(
         recheck=tuple([w.seq for w in waiters] + outcome.step_seqs) if suspends and outcome is not None else (),
         after=_after(outcome, writes.cancel_runs) if outcome is not None else AfterCommit(),
         shape=_shape(writes, outcome),
+        waited_queues=_waited_queues(writes),
     )
 
 

@@ -175,6 +175,22 @@ class QueueSeen:
     held_by_key: Mapping[str | None, int]
     wanted: int
     candidates: tuple[Candidate, ...]
+    # The row as locked was the row as of the read's snapshot: no admission and no write of
+    # waiting steps committed in between (durable.store.queue_statements).
+    fresh: bool = False
+
+    def nothing_waits(self, plan: QueueAdmissionPlan) -> bool:
+        """Does this read prove that no step waits for the slot it saw freed?
+
+        Only a fresh read of an unpaused queue with room (the same room
+        ``plan`` computes from the limits as read) that found no candidate.
+        Anything else (a full queue, a pause, a stale or unparsable read)
+        leaves the question to an admission under the lock.
+        """
+        if not self.fresh or self.paused or self.candidates or self.wanted <= 0:
+            return False
+        held = sum(self.held_by_key.values())
+        return plan.wanted(effective_limits(plan.defaults, self.overrides), held) == self.wanted
 
 
 class AdmissionRead:

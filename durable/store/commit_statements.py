@@ -30,6 +30,7 @@ from durable.store.statements import (
     CP_FIELD,
     CP_INSERT,
     CP_TABLE,
+    QUEUE_TABLE,
     RUN_FIELD,
     RUN_TABLE,
     SIGNAL_ID,
@@ -64,6 +65,7 @@ def _commit_shape(plan: CommitPlan) -> tuple[Any, ...]:
         bool(plan.consumed_signals),
         plan.waiters is not None and plan.waiters.clear,
         plan.waiters is not None and bool(plan.waiters.add),
+        bool(plan.waited_queues),
     )
 
 
@@ -164,6 +166,12 @@ class CommitStatements:
             row = f"SELECT {', '.join(self.param(f) for f in CP_INSERT)} FROM lease"
             names = ", ".join(col(f) for f in CP_INSERT)
             ctes.append(f"ins AS (INSERT INTO {CP_TABLE} ({names}) {' UNION ALL '.join([row] * len(plan.inserts))})")
+        if plan.waited_queues:
+            # Rewritten (a new version) under a row lock: see durable.store.queue_statements.
+            ctes.append(
+                f"qw AS (UPDATE {QUEUE_TABLE} SET {q('updated_at')} = %s WHERE {q('name')} = ANY(%s::text[]) "
+                f"AND EXISTS (SELECT 1 FROM lease))"
+            )
         ctes += self._consumed_and_cleared(plan, [])
         return f"WITH {', '.join(ctes)} SELECT {returning} FROM lease"
 
@@ -183,6 +191,8 @@ class CommitStatements:
             params += [lease.run_id, u.seq, list(u.expect)]
         for rec in plan.inserts:
             params += self._insert_values(lease.run_id, rec)
+        if plan.waited_queues:
+            params += [plan.now, list(plan.waited_queues)]
         self._consumed_and_cleared(plan, params)
         return params
 

@@ -19,17 +19,28 @@ asks for an admission of its own); different (``fresh`` false), the store
 counts again with a statement that begins after the lock. The grants chosen
 from an unlocked read are written only if the row, locked by the grant
 statement, is still at the version read (else nothing is written and the
-admission reads under the lock)."""
+admission reads under the lock).
+
+Why a result that read nothing waiting need not admit: the risk is a step
+written waiting by a commit that began after the result's snapshot, whose
+own admission counted the result's slot as still held. Every commit that
+writes waiting steps rewrites their queue rows
+(:attr:`~durable.engine.plan.CommitPlan.waited_queues`), and the result's
+read takes the row ``FOR SHARE``. If the result locks first, that commit
+waits for the result's commit, so the admission after it counts the slot
+free. If the commit rewrote the row first, the result's lock waits for it,
+or finds the row newer than its snapshot: either way the locked version
+differs from the snapshot's (``fresh`` false) and the result admits under
+the lock as before. So ``fresh`` with room and no candidate proves that
+nothing waits that this slot could take (:func:`durable.engine.admission.after_result`)."""
 
 from __future__ import annotations
 
 import re
 
 from durable.engine.vocab import Admission, CheckpointKind, CheckpointStatus
-from durable.models import Queue
-from durable.store.statements import CP_TABLE, RUN_TABLE, q
+from durable.store.statements import CP_TABLE, QUEUE_TABLE, RUN_TABLE, q
 
-QUEUE_TABLE = q(Queue._meta.db_table)
 _OPEN = f"('{CheckpointStatus.PENDING}', '{CheckpointStatus.RUNNING}')"
 _IN_QUEUE = f"c.{q('queue')} = %(queue)s AND c.{q('kind')} = '{CheckpointKind.STEP}' AND c.{q('admission')} IS NOT NULL"
 _ACTIVE_RUN = f"r.{q('id')} = c.{q('run_id')} AND r.{q('status')} = ANY(%(active)s)"
@@ -62,20 +73,21 @@ def admit_read(locked: bool) -> tuple[str, str]:
     Params: queue, now, active (run statuses), batch, concurrency (the
     settings', or NULL); unlocked, also run_id and seq: the step whose result
     the same statement writes, not counted as a holder (the statement's
-    snapshot still sees it hold). One row per candidate (or one with NULL
+    snapshot still sees it hold). ``locked``: the queue row ``FOR UPDATE``
+    (an admission); else ``FOR SHARE`` (a step result's read, which writes
+    nothing here). One row per candidate (or one with NULL
     candidate columns when there is none): the row's paused, overrides,
-    rate_next_at; fresh (locked: see the module docstring); the row's
+    rate_next_at; fresh (see the module docstring); the row's
     version; the slots held by key as a JSON array of [key, count]; wanted
     (the grants the concurrency leaves room for); then the candidate's id,
     run_id, seq, key, priority, enqueued_at, rank, served.
     """
-    lock = " FOR UPDATE" if locked else ""
+    lock = " FOR UPDATE" if locked else " FOR SHARE"
     ctes = [
         f"lk AS (SELECT {q('paused')}, {q('overrides')}, {q('rate_next_at')}, xmin AS v "
-        f"FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s{lock})"
+        f"FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s{lock})",
+        f"snap AS (SELECT xmin AS v FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s)",
     ]
-    if locked:
-        ctes.append(f"snap AS (SELECT xmin AS v FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s)")
     mine = "" if locked else f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) "
     ctes += [
         f"holders AS (SELECT c.{q('queue_key')} AS k, count(*) AS n FROM {CP_TABLE} c, {RUN_TABLE} r "
@@ -101,9 +113,8 @@ def admit_read(locked: bool) -> tuple[str, str]:
         f"OR (c.{q('queue_key')} IS NULL AND EXISTS (SELECT 1 FROM cands WHERE k IS NULL))) "
         f"GROUP BY c.{q('queue_key')})",
     ]
-    fresh = "lk.v = (SELECT v FROM snap)" if locked else "true"
     select = (
-        f"SELECT lk.{q('paused')}, lk.{q('overrides')}, lk.{q('rate_next_at')}, {fresh} AS fresh, "
+        f"SELECT lk.{q('paused')}, lk.{q('overrides')}, lk.{q('rate_next_at')}, lk.v = (SELECT v FROM snap) AS fresh, "
         f"lk.v::text AS version, (SELECT COALESCE(json_agg(json_build_array(k, n)), '[]') FROM holders) AS held, "
         f"(SELECT wanted FROM room) AS wanted, cands.id, cands.run_id, cands.seq, cands.k, cands.priority, "
         f"cands.enqueued_at, cands.rank, served.at "

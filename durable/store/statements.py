@@ -26,7 +26,7 @@ from django.db.models import Field
 
 from durable.engine.ports import CheckpointRecord
 from durable.engine.vocab import SETTLED, Admission, CheckpointKind, CheckpointStatus, RunStatus
-from durable.models import BufferedSignal, Checkpoint, Run, Schedule, SignalWaiter
+from durable.models import BufferedSignal, Checkpoint, Queue, Run, Schedule, SignalWaiter
 
 
 def q(name: str) -> str:
@@ -52,6 +52,7 @@ RUN_TABLE = q(Run._meta.db_table)
 CP_TABLE = q(Checkpoint._meta.db_table)
 WAITER_TABLE = q(SignalWaiter._meta.db_table)
 SIGNAL_TABLE = q(BufferedSignal._meta.db_table)
+QUEUE_TABLE = q(Queue._meta.db_table)
 SIGNAL_ID: Field[Any, Any] = BufferedSignal._meta.pk
 RUN_COLUMNS: list[Field[Any, Any]] = list(Run._meta.concrete_fields)
 RUN_FIELD = {f.name: f for f in RUN_COLUMNS}

@@ -20,7 +20,7 @@ from django.db.models import Case, DateTimeField, Value, When
 from durable.engine.plan import CommitPlan, RunChange, plan_commit, waiter_events, waiter_runs, waiter_signals
 from durable.engine.ports import REFUSED, CommitResult, Outcome, TurnWrites, Waiter
 from durable.engine.vocab import RUN_TOKEN, SETTLED, TERMINAL, RunStatus
-from durable.models import BufferedEvent, BufferedSignal, Checkpoint, Run, SignalWaiter
+from durable.models import BufferedEvent, BufferedSignal, Checkpoint, Queue, Run, SignalWaiter
 from durable.store.portable.shared import LeaseGone, StoreBase, matches
 
 
@@ -206,6 +206,8 @@ class CommitRows(StoreBase):
             self._insert_runs(list(plan.new_runs))
         if plan.inserts:
             Checkpoint.objects.bulk_create([Checkpoint(run_id=run_id, **asdict(rec)) for rec in plan.inserts])
+        if plan.waited_queues:  # a new version of each queue row (see durable.store.queue_statements)
+            Queue.objects.filter(name__in=plan.waited_queues).update(updated_at=plan.now)
         for change in plan.updates:
             target = Checkpoint.objects.filter(run_id=run_id, seq=change.seq, status__in=change.expect)
             if change.claimed_by is not None:
