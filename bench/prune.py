@@ -2,6 +2,12 @@
 
     python -m bench.prune                                   # 1,000,000 runs, PostgreSQL database bench_prune
     python -m bench.prune --runs 20000 --w1-workflows 20 --w1-reps 2     # try the harness
+    python -m bench.prune --reuse --pairs 12      # what is left of the last fixture, 12 pairs, then stop
+
+``--pairs N`` stops the prune after N pairs (the paced prune of 1,000,000
+runs takes hours); what it deleted is then counted in the tables (the
+fixture's rows before and after). ``--reuse`` keeps the database and what is
+left of its fixture instead of building it again.
 
 Three phases on one database (``bench_prune``, dropped and created again):
 
@@ -145,7 +151,7 @@ def beside(args: argparse.Namespace) -> dict[str, Any]:
     with_prune: list[float] = []
     paused = 0.0
     pair = 0
-    while prune.poll() is None:
+    while prune.poll() is None and (args.pairs is None or len(alone) < args.pairs):
         measured: dict[str, float] = {}
         for side in ("alone", "beside") if pair % 2 == 0 else ("beside", "alone"):
             if side == "alone" and prune.poll() is None:
@@ -163,11 +169,30 @@ def beside(args: argparse.Namespace) -> dict[str, Any]:
             alone.append(measured["alone"])
             with_prune.append(measured["beside"])
         pair += 1
-    seconds = time.perf_counter() - started
+    stopped_early = prune.poll() is None
+    if stopped_early:  # --pairs reached: the prune is stopped; what it deleted is counted in the tables
+        prune.terminate()
     out, err = prune.communicate()
-    if prune.returncode != 0:
+    seconds = time.perf_counter() - started
+    if prune.returncode != 0 and not stopped_early:
         raise RuntimeError(f"durable_prune failed ({prune.returncode}):\n{(out + err)[-3000:]}")
-    return {"report": json.loads(out), "alone": alone, "beside": with_prune, "prune_s": seconds, "paused_s": paused}
+    report = None if stopped_early else json.loads(out)
+    return {"report": report, "alone": alone, "beside": with_prune, "prune_s": seconds, "paused_s": paused}
+
+
+def count_rows() -> dict[str, int]:
+    """The fixture's rows left in the tables a prune deletes from (exact counts; workload 1's runs not counted)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM durable_run WHERE id LIKE 'old-%%'")
+        runs = int(cursor.fetchone()[0])
+        cursor.execute("SELECT count(*) FROM durable_checkpoint WHERE run_id LIKE 'old-%%'")
+        return {"durable_run": runs, "durable_checkpoint": int(cursor.fetchone()[0])}
+
+
+def _r(value: float | None) -> float | None:
+    return round(value, 3) if value is not None else None
 
 
 def _median(values: list[float]) -> float | None:
@@ -176,8 +201,11 @@ def _median(values: list[float]) -> float | None:
 
 def _result(args: argparse.Namespace, measured: dict[str, Any]) -> dict[str, Any]:
     """The JSON document of one run of the benchmark, from what :func:`main` measured."""
-    report, prune_s, paused_s = measured["report"], measured["prune_s"], measured["paused_s"]
-    deleted, rows = report["total"], sum(report["rows"].values())
+    prune_s, paused_s = measured["prune_s"], measured["paused_s"]
+    before, after = measured["rows_before"], measured["rows_after"]
+    deleted = before["durable_run"] - after["durable_run"]
+    rows = sum(before.values()) - sum(after.values())
+    report = measured["report"] or {"batches": None, "busy_seconds": None}
     running_s = max(prune_s - paused_s, 1e-9)
     paired = ratios(measured["beside"], measured["alone"], higher_is_better=True)
     return {
@@ -185,7 +213,8 @@ def _result(args: argparse.Namespace, measured: dict[str, Any]) -> dict[str, Any
         "runs": args.runs,
         "checkpoints_per_run": args.checkpoints,
         "retention_batch": measured["batch"],
-        "fixture_seconds": round(measured["fixture_s"], 1),
+        "fixture_seconds": round(measured["fixture_s"], 1) if measured["fixture_s"] is not None else None,
+        "fixture_reused": measured["fixture_s"] is None,
         "w1": {
             "mode": args.mode,
             "workflows": args.w1_workflows,
@@ -203,8 +232,10 @@ def _result(args: argparse.Namespace, measured: dict[str, Any]) -> dict[str, Any
         },
         "prune": {
             "fast": args.fast,
+            "finished": measured["report"] is not None,
+            "runs_before": before["durable_run"],
             "deleted_runs": deleted,
-            "deleted_rows": rows,
+            "deleted_rows": rows,  # runs and checkpoints (counted in the tables)
             "batches": report["batches"],
             "busy_seconds": report["busy_seconds"],
             "seconds": round(prune_s, 1),
@@ -226,13 +257,20 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--w1-workflows", type=int, default=200)
     parser.add_argument("--w1-reps", type=int, default=5)
     parser.add_argument("--fast", action="store_true", help="durable_prune --fast: no rest between batches")
+    parser.add_argument(
+        "--pairs", type=int, default=None, help="stop the prune after this many pairs (default: when it ends)"
+    )
+    parser.add_argument(
+        "--reuse", action="store_true", help="keep the database and what is left of its fixture (no rebuild)"
+    )
     parser.add_argument("--out", default=str(RESULTS))
     return parser
 
 
 def main() -> None:
     args = _parser().parse_args()
-    _recreate_database()
+    if not args.reuse:
+        _recreate_database()
 
     import django
 
@@ -243,13 +281,17 @@ def main() -> None:
     from durable.runtime import get_engine
 
     started_at = datetime.now(UTC)
-    m: dict[str, Any] = {"started_at": started_at, "batch": get_engine().settings.retention_batch}
-    m["fixture_s"] = build_fixture(args.runs, args.checkpoints, started_at - timedelta(days=60))
-    print(f"fixture: {args.runs:,} runs x {args.checkpoints} checkpoints in {m['fixture_s']:.1f} s", flush=True)
+    m: dict[str, Any] = {"started_at": started_at, "batch": get_engine().settings.retention_batch, "fixture_s": None}
+    if not args.reuse:
+        m["fixture_s"] = build_fixture(args.runs, args.checkpoints, started_at - timedelta(days=60))
+        print(f"fixture: {args.runs:,} runs x {args.checkpoints} checkpoints in {m['fixture_s']:.1f} s", flush=True)
+    m["rows_before"] = count_rows()
+    print(f"tables: {m['rows_before']}", flush=True)
     m["before"] = w1(args, args.w1_reps, 20)
     print(f"workload 1 before the prune: {_median(m['before'])} workflows/s", flush=True)
     load_before = os.getloadavg()[0]
     m.update(beside(args))
+    m["rows_after"] = count_rows()
     load_after = os.getloadavg()[0]
     m["load"] = {"before_prune": round(load_before, 2), "after_prune": round(load_after, 2)}
     m["noisy"] = noisy([load_before, load_after], os.cpu_count() or 1)
@@ -258,11 +300,13 @@ def main() -> None:
     prune, w = result["prune"], result["w1"]
     pr = w["beside_vs_alone_paired"]
     print(
-        f"prune: {prune['deleted_runs']:,} runs ({prune['deleted_rows']:,} rows) in {prune['seconds']} s "
+        f"prune{'' if prune['finished'] else ' (stopped)'}: {prune['deleted_runs']:,} of {prune['runs_before']:,} "
+        f"runs ({prune['deleted_rows']:,} rows) in {prune['seconds']} s "
         f"({prune['paused_seconds']} s of it paused) = {prune['runs_per_s']:,.0f} runs/s, "
         f"{prune['rows_per_s']:,.0f} rows/s while running; workload 1 in {w['pairs']} pairs: alone "
-        f"{w['alone_median']}/s, beside {w['beside_median']}/s, paired beside/alone {pr.get('median')} "
-        f"(min {pr.get('min')}, max {pr.get('max')}); before {w['before_median']}/s, after {w['after_median']}/s"
+        f"{w['alone_median']}/s, beside {w['beside_median']}/s, paired beside/alone {_r(pr.get('median'))} "
+        f"(min {_r(pr.get('min'))}, max {_r(pr.get('max'))}); "
+        f"before {w['before_median']}/s, after {w['after_median']}/s"
     )
     if result["noisy"]:
         print("WARNING: the load average exceeded the cores: these figures are not conclusive")
