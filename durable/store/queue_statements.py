@@ -77,7 +77,9 @@ def admit_read(locked: bool) -> tuple[str, str]:
     (an admission); else ``FOR SHARE`` (a step result's read, which writes
     nothing here). One row per candidate (or one with NULL
     candidate columns when there is none): the row's paused, overrides,
-    rate_next_at; fresh (see the module docstring); the row's
+    rate_next_at; fresh (see the module docstring); the row's version as the
+    statement's snapshot saw it (grants chosen from this read compare-and-set
+    on it: a newer row, one whose grants the snapshot missed, refuses them); the row's
     version; the slots held by key as a JSON array of [key, count]; wanted
     (the grants the concurrency leaves room for); then the candidate's id,
     run_id, seq, key, priority, enqueued_at, rank, served.
@@ -115,7 +117,8 @@ def admit_read(locked: bool) -> tuple[str, str]:
     ]
     select = (
         f"SELECT lk.{q('paused')}, lk.{q('overrides')}, lk.{q('rate_next_at')}, lk.v = (SELECT v FROM snap) AS fresh, "
-        f"lk.v::text AS version, (SELECT COALESCE(json_agg(json_build_array(k, n)), '[]') FROM holders) AS held, "
+        f"(SELECT v FROM snap)::text AS version, "
+        f"(SELECT COALESCE(json_agg(json_build_array(k, n)), '[]') FROM holders) AS held, "
         f"(SELECT wanted FROM room) AS wanted, cands.id, cands.run_id, cands.seq, cands.k, cands.priority, "
         f"cands.enqueued_at, cands.rank, served.at "
         f"FROM lk LEFT JOIN cands ON true LEFT JOIN served ON served.k IS NOT DISTINCT FROM cands.k"

@@ -91,6 +91,7 @@ def test_a_step_written_waiting_while_the_result_reads_makes_the_read_stale(stor
     enqueue(store, "r2")
     assert admit(store, 5, concurrency=1) == [("r1", 1)]
     assert store.claim_step("r1", 1, OWNER, at(6), at(66)) is not None
+    version = _queue_version()
     other, probe = _other_connection(), _other_connection()
     probe.autocommit = True
     try:
@@ -126,6 +127,7 @@ def test_a_step_written_waiting_while_the_result_reads_makes_the_read_stale(stor
     assert read.seen.candidates == ()  # its snapshot predates the waiting step
     assert read.seen.fresh is False  # but the row it locked is newer than that snapshot
     assert not read.seen.nothing_waits(read.plan)  # so the engine admits under the lock
+    assert read.seen.version == version  # grants chosen from it would be refused (the row moved on)
     assert admit(store, 7, concurrency=1) == [("r2", 1)]
 
 
