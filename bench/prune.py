@@ -4,9 +4,11 @@
     python -m bench.prune --runs 20000 --w1-workflows 20 --w1-reps 2     # try the harness
     python -m bench.prune --reuse --pairs 12      # what is left of the last fixture, 12 pairs, then stop
 
-``--pairs N`` stops the prune after N pairs (the paced prune of 1,000,000
-runs takes hours); what it deleted is then counted in the tables (the
-fixture's rows before and after). ``--reuse`` keeps the database and what is
+``--pairs N`` stops the prune after N pairs (pairing pauses the prune half
+the time: the paced prune of 1,000,000 runs would take over an hour); what
+it deleted is then counted in the tables (the fixture's rows before and
+after). With ``--finish`` the prune is not stopped but runs to its end, with
+workload 1 repeated beside it (unpaired, reported apart). ``--reuse`` keeps the database and what is
 left of its fixture instead of building it again.
 
 Three phases on one database (``bench_prune``, dropped and created again):
@@ -169,6 +171,11 @@ def beside(args: argparse.Namespace) -> dict[str, Any]:
             alone.append(measured["alone"])
             with_prune.append(measured["beside"])
         pair += 1
+    tail: list[float] = []
+    while args.finish and prune.poll() is None:  # unpaired from here: the prune runs to its end
+        rate = w1(args, 1, 3)[0]
+        if prune.poll() is None:
+            tail.append(rate)
     stopped_early = prune.poll() is None
     if stopped_early:  # --pairs reached: the prune is stopped; what it deleted is counted in the tables
         prune.terminate()
@@ -177,7 +184,10 @@ def beside(args: argparse.Namespace) -> dict[str, Any]:
     if prune.returncode != 0 and not stopped_early:
         raise RuntimeError(f"durable_prune failed ({prune.returncode}):\n{(out + err)[-3000:]}")
     report = None if stopped_early else json.loads(out)
-    return {"report": report, "alone": alone, "beside": with_prune, "prune_s": seconds, "paused_s": paused}
+    return {
+        "report": report, "alone": alone, "beside": with_prune, "beside_unpaired": tail,
+        "prune_s": seconds, "paused_s": paused,
+    }  # fmt: skip
 
 
 def count_rows() -> dict[str, int]:
@@ -222,6 +232,8 @@ def _result(args: argparse.Namespace, measured: dict[str, Any]) -> dict[str, Any
             "alone_workflows_per_s": measured["alone"],
             "beside_workflows_per_s": measured["beside"],
             "after_workflows_per_s": measured["after"],
+            "beside_unpaired_workflows_per_s": measured["beside_unpaired"],
+            "beside_unpaired_median": _median(measured["beside_unpaired"]),
             "before_median": _median(measured["before"]),
             "alone_median": _median(measured["alone"]),
             "beside_median": _median(measured["beside"]),
@@ -259,6 +271,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--fast", action="store_true", help="durable_prune --fast: no rest between batches")
     parser.add_argument(
         "--pairs", type=int, default=None, help="stop the prune after this many pairs (default: when it ends)"
+    )
+    parser.add_argument(
+        "--finish", action="store_true", help="with --pairs: then let the prune end, workload 1 beside it unpaired"
     )
     parser.add_argument(
         "--reuse", action="store_true", help="keep the database and what is left of its fixture (no rebuild)"
@@ -306,7 +321,8 @@ def main() -> None:
         f"{prune['rows_per_s']:,.0f} rows/s while running; workload 1 in {w['pairs']} pairs: alone "
         f"{w['alone_median']}/s, beside {w['beside_median']}/s, paired beside/alone {_r(pr.get('median'))} "
         f"(min {_r(pr.get('min'))}, max {_r(pr.get('max'))}); "
-        f"before {w['before_median']}/s, after {w['after_median']}/s"
+        f"before {w['before_median']}/s, after {w['after_median']}/s; beside unpaired "
+        f"{w['beside_unpaired_median']}/s ({len(m['beside_unpaired'])} reps)"
     )
     if result["noisy"]:
         print("WARNING: the load average exceeded the cores: these figures are not conclusive")
