@@ -119,8 +119,9 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
 # What a build must not see: setuptools reuses build/ (a file removed from the tree would still
 # ship) and writes an egg-info beside pyproject.toml (through which pytest finds the plugin).
 NOT_SOURCE = shutil.ignore_patterns(
-    ".git", ".venv", ".docs-venv", "build", "dist", "site", "test-output", "*.egg-info", "__pycache__", "node_modules"
-)
+    ".git", ".venv", ".docs-venv", ".nox", "build", "dist", "site", "test-output", "*.egg-info", "__pycache__",
+    "node_modules",
+)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
