@@ -238,7 +238,7 @@ def _waits(writes: TurnWrites) -> bool:
     return bool(writes.consumed_signals) or any(w.record.kind in WAIT_KINDS for w in writes.checkpoints)
 
 
-def _shape(writes: TurnWrites, outcome: Outcome | None) -> Shape:
+def _shape(writes: TurnWrites, outcome: Outcome | None, waited_queues: tuple[str, ...]) -> Shape:
     """The shape of a commit; see :class:`Shape` for what each one may contain.
 
     A suspension that registers waiters stays a transaction: its re-check of
@@ -255,7 +255,7 @@ def _shape(writes: TurnWrites, outcome: Outcome | None) -> Shape:
             return Shape.STATEMENT  # its waiter rows are cleared: a statement of its own
     elif writes.consumed_signals:
         return Shape.STATEMENT
-    if _waited_queues(writes):
+    if waited_queues:
         return Shape.STATEMENT  # it rewrites queue rows: a statement of its own
     return Shape.STATEMENT if any(w.claimed_by for w in writes.checkpoints) else Shape.BATCH
 
@@ -309,6 +309,7 @@ def plan_commit(
     suspends = outcome is not None and outcome.status == RunStatus.SUSPENDED
     new_runs = ([outcome.next_run] if outcome is not None and outcome.next_run is not None else []) + writes.new_runs
     waiters = list(outcome.waiters) if outcome is not None else []
+    waited = _waited_queues(writes)
     return CommitPlan(
         run=RunChange(LeaseCheck(run_id, owner), sets, cancel_wake, lease_until),
         now=now,
@@ -323,8 +324,8 @@ def plan_commit(
         waiters=_waiter_change(writes, outcome) if outcome is not None else None,
         recheck=tuple([w.seq for w in waiters] + outcome.step_seqs) if suspends and outcome is not None else (),
         after=_after(outcome, writes.cancel_runs) if outcome is not None else AfterCommit(),
-        shape=_shape(writes, outcome),
-        waited_queues=_waited_queues(writes),
+        shape=_shape(writes, outcome, waited),
+        waited_queues=waited,
     )
 
 

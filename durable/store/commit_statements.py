@@ -10,8 +10,9 @@ parameters every PostgreSQL statement uses: an explicit cast per column
 adapted with the field's encoder (sealed by the codec for payload columns).
 
 The lease compare-and-set is always the first CTE and every other part reads
-its output, so a lost lease writes nothing. Texts are cached per shape: a
-statements object serves one connection and is used by one thread at a time.
+its output, so a lost lease writes nothing. Texts are cached per shape in a
+dict shared by the store's threads: an entry is an immutable text, so two
+threads may build one twice but never read a wrong one.
 """
 
 from __future__ import annotations
@@ -100,15 +101,6 @@ class CommitStatements:
                 adapt = self._adapt_json = self._connection.ops.adapt_json_value
             return adapt(value, field.encoder)
         return value
-
-    def _cp_value(self, run_id: str, rec: CheckpointRecord, field: Field[Any, Any]) -> Any:
-        if field.name == "run":
-            value: Any = run_id
-        elif field.name in _CP_RECORD:
-            value = getattr(rec, field.name)
-        else:
-            value = field.get_default()
-        return self.prep(field, value)
 
     # -- a commit plan of shape BATCH or STATEMENT, as one statement ----------------
     def commit(self, plan: CommitPlan) -> tuple[str, list[Any]]:
@@ -269,7 +261,8 @@ class CommitStatements:
         if not creates:
             return []
         names = ", ".join(col(f) for f in CP_INSERT)
-        params += [[self._cp_value(run_id, rec, f) for run_id, rec in creates] for f in CP_INSERT]
+        rows = [self._insert_values(run_id, rec) for run_id, rec in creates]
+        params += [list(column) for column in zip(*rows, strict=True)]  # one array per column
         return [
             f"ins AS (INSERT INTO {CP_TABLE} ({names}) SELECT * FROM unnest("
             f"{', '.join(self.array(f) for f in CP_INSERT)}) AS c({names}) "
