@@ -28,6 +28,7 @@ from durable.exceptions import StepFailed
 from durable.runtime import registry
 from durable.store.memory import MemoryStore
 from durable.transports.manual import ManualTransport
+from durable.worker import due
 from durable.worker.due import wake_due_runs
 
 START = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
@@ -275,6 +276,7 @@ def test_user_code_mutating_a_replayed_value_does_not_change_the_next_replay(
 def test_the_sweep_does_not_read_the_histories_of_runs_the_cache_serves(
     one: Engine, store: MemoryStore, fake: FakeClock, reads: Counter[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(due, "PAGE_CACHE_FROM", 0)  # these histories are short: use the cache anyway
     for run_id in ("a", "b"):
         _start(store, fake, "hc_signals", run_id)
     assert wake_due_runs(one) == 2
@@ -287,6 +289,29 @@ def test_the_sweep_does_not_read_the_histories_of_runs_the_cache_serves(
     assert wake_due_runs(one) == 2
     assert (read_for, reads["delta"]) == ([["b"]], 1)  # a: its changes only
     assert [store.load_checkpoints(r)[2].output for r in ("a", "b")] == ["a", "b"]
+
+
+def test_the_sweep_reads_short_cached_histories_with_its_page_and_long_ones_from_the_cache(
+    one: Engine, store: MemoryStore, fake: FakeClock, reads: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An entry keeps the settled checkpoints its turn did not write: the local step after the
+    # first two turns, the local step and the first wait after the third.
+    monkeypatch.setattr(due, "PAGE_CACHE_FROM", 2)
+    for run_id in ("a", "b"):
+        _start(store, fake, "hc_signals", run_id)
+    assert wake_due_runs(one) == 2
+    read_for: list[list[str]] = []
+    original = store.load_histories
+    monkeypatch.setattr(store, "load_histories", lambda ids: read_for.append(ids) or original(ids))
+    for round_ in ("one", "two", "three"):
+        for run_id in ("a", "b"):
+            assert store.signal(run_id, "go", f"{run_id}-{round_}", fake.now())
+        assert wake_due_runs(one) == 2
+    # Rounds one and two: both entries below 2, read whole with the page; round three: the deltas.
+    assert (read_for, reads["delta"]) == ([["a", "b"], ["a", "b"]], 2)
+    assert [store.get_run(r).output for r in ("a", "b")] == [
+        [{"n": [1]}, f"{r}-one", f"{r}-two", f"{r}-three"] for r in ("a", "b")
+    ]
 
 
 # -- the bounds ----------------------------------------------------------------------

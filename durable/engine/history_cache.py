@@ -105,10 +105,20 @@ class HistoryCache:
             return None
         return entry
 
-    def serves(self, run: RunRecord, owner: str, now: datetime) -> bool:
-        """Would the turn of ``run`` start from an entry (a sweep then does not read its history)?"""
+    def serves(self, run: RunRecord, owner: str, now: datetime, holding: int = 0) -> bool:
+        """Would the turn of ``run`` start from an entry (a sweep then does not read its history)?
+
+        ``holding``: only an entry that keeps at least that many settled
+        checkpoints counts (below it, reading the whole history with others
+        is cheaper than a statement of its own for the changes).
+        """
         entry = self._entries.get(run.id)
-        return entry is not None and now - entry.written_at <= self.idle and entry.serves(run, owner)
+        return (
+            entry is not None
+            and len(entry.stable) >= holding
+            and now - entry.written_at <= self.idle
+            and entry.serves(run, owner)
+        )
 
     def keep(self, run: RunRecord, owner: str, history: History, now: datetime) -> None:
         """Keep what the turn of ``run`` that just suspended it saw, for its next turn here."""
