@@ -273,16 +273,24 @@ def test_user_code_mutating_a_replayed_value_does_not_change_the_next_replay(
     assert store.get_run("r1").output == {"n": [1, 2]}
 
 
-def test_the_sweep_does_not_read_the_histories_of_runs_the_cache_serves(
-    one: Engine, store: MemoryStore, fake: FakeClock, reads: Counter[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(due, "PAGE_CACHE_FROM", 0)  # these histories are short: use the cache anyway
+def _two_suspended_runs_reads_counted(
+    one: Engine, store: MemoryStore, fake: FakeClock, monkeypatch: pytest.MonkeyPatch
+) -> list[list[str]]:
+    """Runs ``a`` and ``b`` of hc_signals suspended by a sweep of ``one``; the page reads from now on."""
     for run_id in ("a", "b"):
         _start(store, fake, "hc_signals", run_id)
     assert wake_due_runs(one) == 2
     read_for: list[list[str]] = []
     original = store.load_histories
     monkeypatch.setattr(store, "load_histories", lambda ids: read_for.append(ids) or original(ids))
+    return read_for
+
+
+def test_the_sweep_does_not_read_the_histories_of_runs_the_cache_serves(
+    one: Engine, store: MemoryStore, fake: FakeClock, reads: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(due, "PAGE_CACHE_FROM", 0)  # these histories are short: use the cache anyway
+    read_for = _two_suspended_runs_reads_counted(one, store, fake, monkeypatch)
     one.histories.take("b", fake.now())  # b's entry is gone: its history is read with the page
     for run_id in ("a", "b"):
         assert store.signal(run_id, "go", run_id, fake.now())
@@ -297,12 +305,7 @@ def test_the_sweep_reads_short_cached_histories_with_its_page_and_long_ones_from
     # An entry keeps the settled checkpoints its turn did not write: the local step after the
     # first two turns, the local step and the first wait after the third.
     monkeypatch.setattr(due, "PAGE_CACHE_FROM", 2)
-    for run_id in ("a", "b"):
-        _start(store, fake, "hc_signals", run_id)
-    assert wake_due_runs(one) == 2
-    read_for: list[list[str]] = []
-    original = store.load_histories
-    monkeypatch.setattr(store, "load_histories", lambda ids: read_for.append(ids) or original(ids))
+    read_for = _two_suspended_runs_reads_counted(one, store, fake, monkeypatch)
     for round_ in ("one", "two", "three"):
         for run_id in ("a", "b"):
             assert store.signal(run_id, "go", f"{run_id}-{round_}", fake.now())
