@@ -2,6 +2,7 @@
 
     bench/.venv/bin/python -m bench.compare --base 9bc6bb8              # standard sizes
     bench/.venv/bin/python -m bench.compare --base HEAD~5 --only w1,w4 --size quick
+    bench/.venv/bin/python -m bench.compare --base 9bc6bb8 --only w4 --reps w4=20   # more pairs
 
 Each revision gets its own database (migrated by its own code) in one private
 PostgreSQL cluster, and its own measuring processes; every repetition runs
@@ -133,9 +134,17 @@ def main() -> None:
     parser.add_argument("--base", required=True, help="the baseline revision (git)")
     parser.add_argument("--only", default="w1,w3,w4,w5,w6")
     parser.add_argument("--size", choices=sorted(SIZES), default="standard")
+    parser.add_argument(
+        "--reps", action="append", default=[], metavar="W=N", help="repetitions of a workload, e.g. w4=20; repeatable"
+    )
     parser.add_argument("--out", default=str(harness.BENCH / "results"))
     args = parser.parse_args()
-    only, s = [w.strip() for w in args.only.split(",")], SIZES[args.size]
+    only, s = [w.strip() for w in args.only.split(",")], dict(SIZES[args.size])
+    for item in args.reps:
+        name, _, count = item.partition("=")
+        if f"{name}_reps" not in s or not count.isdigit() or int(count) < 1:
+            parser.error(f"--reps {item!r}: expected W=N with W one of w1, w3, w4, w5 and N a positive integer")
+        s[f"{name}_reps"] = int(count)
     tmp = Path(tempfile.mkdtemp(prefix="durable-bench-compare-"))
     private = PrivatePostgres(tmp)
     redis_url, redis = harness.bench_redis(tmp)
