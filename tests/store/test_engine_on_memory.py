@@ -7,6 +7,7 @@ is a fake clock that moves only when the test says so.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -80,6 +81,29 @@ def m_order(ctx: durable.WorkflowContext, data: dict[str, int]) -> dict[str, Any
     approval = ctx.wait_signal("approve")
     taxed = ctx.step(m_tax, price)
     return {"price": price, "approval": approval, "taxed": taxed}
+
+
+@durable.workflow(name="m_mutates_before_commit")
+def m_mutates_before_commit(ctx: durable.WorkflowContext) -> list[Any]:
+    local = ctx.local_step("local", lambda: {"n": [1]})
+    local["n"].append(2)  # user code changes what it got, before the turn commits it
+    effect = ctx.side_effect(lambda: {"n": [1]}, name="effect")
+    effect["n"].append(2)  # after its commit (the memory store keeps what was committed)
+    ctx.wait_signal("go")
+    return [local, effect]
+
+
+@durable.step
+def m_listed() -> dict[str, list[int]]:
+    return {"n": [1]}
+
+
+@durable.workflow(name="m_eager_mutates")
+def m_eager_mutates(ctx: durable.WorkflowContext) -> Any:
+    value = ctx.step(m_listed)
+    value["n"].append(2)  # run eagerly in the turn: its record is not committed yet
+    ctx.wait_signal("go")
+    return value
 
 
 @durable.workflow(name="m_two_signals")
@@ -245,3 +269,36 @@ def test_the_sweeps_drive_a_workflow_to_completion_on_the_memory_store(
     run = store.get_run("w1")
     assert (run.status, run.output) == ("completed", {"price": 90, "approval": "yes", "taxed": 99})
     assert not any(tick(engine).values())
+
+
+def test_a_value_the_workflow_changes_before_its_commit_is_recorded_as_the_step_returned_it(
+    engine: Engine, store: MemoryStore, fake: FakeClock
+) -> None:
+    start(store, fake, "m_mutates_before_commit", "mu1")
+    assert engine.run_turn("mu1") == RunStatus.SUSPENDED
+    assert [cp.output for cp in store.load_checkpoints("mu1").values()][:2] == [{"n": [1]}, {"n": [1]}]
+    assert store.signal("mu1", "go", None, fake.now()) is True
+    assert engine.run_turn("mu1") == RunStatus.COMPLETED
+    assert store.get_run("mu1").output == [{"n": [1, 2]}, {"n": [1, 2]}]  # the replay changed them once
+
+
+def test_an_eager_steps_result_the_workflow_changes_is_recorded_as_the_step_returned_it(
+    store: MemoryStore, fake: FakeClock
+) -> None:
+    eager = Engine(
+        store,
+        ManualTransport(),
+        dataclasses.replace(SETTINGS, eager_steps=True),
+        registry=registry,
+        clock=fake,
+        owner="memory-test",
+        keeper=LeaseKeeper(),
+        fleet=AnyFleet(),
+        eager_routes=frozenset({None}),  # this process consumes the default queue
+    )
+    start(store, fake, "m_eager_mutates", "me1")
+    assert eager.run_turn("me1") == RunStatus.SUSPENDED
+    assert store.load_checkpoints("me1")[1].output == {"n": [1]}
+    assert store.signal("me1", "go", None, fake.now()) is True
+    assert eager.run_turn("me1") == RunStatus.COMPLETED
+    assert store.get_run("me1").output == {"n": [1, 2]}

@@ -16,7 +16,7 @@ from typing import Any
 
 from durable.engine import admission, observe
 from durable.engine.current_step import StepInfo, running
-from durable.engine.history import COMPLETED, FAILED, PENDING, RUNNING
+from durable.engine.history import COMPLETED, FAILED, PENDING, RUNNING, copied
 from durable.engine.namespaces import queue_for
 from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.ops.base import OpsBase
@@ -83,7 +83,8 @@ class StepOps(OpsBase):
         call_input = _call_input(args, kwargs)
         value = self._attempt_local(seq, cp, name, lambda: fn(*args, **kwargs), retries, policy, call_input)
         self._remember_undo(seq, name, compensate, call_input, value)
-        return value
+        # The record is committed later (with the next commit): the code gets a copy of its own.
+        return copied(value)
 
     def _attempt_local(
         self,
@@ -306,7 +307,7 @@ class StepOps(OpsBase):
         span.end(StepResult.COMPLETED)
         settle(COMPLETED, output=output, finished_at=self._clock.now())
         self._remember_undo(seq, sd.name, undo, payload, output)
-        return output
+        return copied(output)  # as for a local step: its record rides with the next commit
 
 
 def _unserved(sd: StepDef, queue: str | None) -> dict[str, Any]:
