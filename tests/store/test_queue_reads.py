@@ -172,20 +172,6 @@ def test_an_admission_of_its_own_commits_its_grants_without_waiting_for_the_flus
     assert store.claim_step("r1", 1, OWNER, at(6), at(66)) is not None  # the grant is written all the same
 
 
-def test_grants_chosen_from_a_results_read_commit_on_their_own_without_waiting_for_the_flush(store: Any) -> None:
-    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 4)))
-    assert admit(store, 5, concurrency=1) == [("r1", 1)]
-    read = _finish_reading(store, 1, 6, concurrency=1)
-    assert read.seen is not None and not connection.in_atomic_block  # one statement, in autocommit
-    granted: list[Any] = []
-    grants = _grant_statements(lambda: granted.extend(store.admit_steps(read.plan, read.seen).grants))
-    assert [(g.run_id, g.seq) for g in granted] == [("r1", 2)]
-    assert len(grants) == 1 and "set_config('synchronous_commit', 'off', true)" in grants[0]
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW synchronous_commit")
-        assert cursor.fetchone()[0] == "on"
-
-
 def test_an_admission_inside_a_callers_transaction_leaves_its_commit_flushed(store: Any) -> None:
     from django.db import transaction
 
