@@ -151,11 +151,3 @@ PG_ADMIT_GRANT = (
     f"AND EXISTS (SELECT 1 FROM lk)) "
     f"SELECT EXISTS (SELECT 1 FROM lk), ARRAY(SELECT {q('id')} FROM g)"
 )
-# The same, in a transaction of its own whose commit does not wait for its WAL to reach
-# the disk: the queue row's lock (which every step result of the queue waits for) is held
-# for the statement only, not for an fsync as well. Safe because a grant is only a
-# permission: a grant lost in a crash leaves its step waiting, and the step's claim refuses
-# a step that is not admitted (durable.store.portable.step_rows), so the admission grants
-# it again; and any later commit that is flushed (a claim, a result) flushes the grant
-# before it. Never used inside a transaction that writes anything else.
-PG_ADMIT_GRANT_UNFLUSHED = PG_ADMIT_GRANT + ", set_config('synchronous_commit', 'off', true)"

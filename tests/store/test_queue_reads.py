@@ -20,7 +20,6 @@ from django.db import connection
 
 from durable.engine.plan_queues import AdmissionRead, QueueLimits, plan_queue_admission
 from durable.store import factory
-from durable.store.queue_statements import PG_ADMIT_GRANT
 from tests.store.conftest import OWNER, at, step
 from tests.store.test_queues import LEASE, _finish_reading, admit, enqueue, waiting
 
@@ -146,40 +145,3 @@ def test_a_commit_that_writes_waiting_steps_rewrites_their_queue_row(store: Any)
     assert _queue_version() == before
     enqueue(store, "r3", waiting(1, arrived=3))
     assert _queue_version() != before
-
-
-def _grant_statements(run: Any) -> list[str]:
-    """The admission grants' statements that ``run()`` executes (their text)."""
-    seen: list[str] = []
-
-    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if sql.startswith(PG_ADMIT_GRANT):
-            seen.append(sql)
-        return execute(sql, params, many, context)
-
-    with connection.execute_wrapper(record):
-        run()
-    return seen
-
-
-def test_an_admission_of_its_own_commits_its_grants_without_waiting_for_the_flush(store: Any) -> None:
-    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 3)))
-    grants = _grant_statements(lambda: admit(store, 5, concurrency=1))
-    assert len(grants) == 1 and "set_config('synchronous_commit', 'off', true)" in grants[0]
-    with connection.cursor() as cursor:  # the setting was the grant transaction's only
-        cursor.execute("SHOW synchronous_commit")
-        assert cursor.fetchone()[0] == "on"
-    assert store.claim_step("r1", 1, OWNER, at(6), at(66)) is not None  # the grant is written all the same
-
-
-def test_an_admission_inside_a_callers_transaction_leaves_its_commit_flushed(store: Any) -> None:
-    from django.db import transaction
-
-    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 3)))
-    with transaction.atomic():
-        grants = _grant_statements(lambda: admit(store, 5, concurrency=1))
-        with connection.cursor() as cursor:
-            cursor.execute("SHOW synchronous_commit")
-            assert cursor.fetchone()[0] == "on"  # the caller's other writes are flushed at its commit
-    assert len(grants) == 1 and "synchronous_commit" not in grants[0]
-    assert admit(store, 6, concurrency=1) == []  # the slot is held: the grant committed with the caller

@@ -10,18 +10,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import transaction
 
 from durable.engine.plan_queues import Candidate, QueueAdmissionPlan, QueueAdmitted, QueueSeen, effective_limits
 from durable.models import Queue
 from durable.store.portable.queue_rows import QueueRows
 from durable.store.postgres.base import PostgresBase
-from durable.store.queue_statements import (
-    PG_ADMIT_GRANT,
-    PG_ADMIT_GRANT_UNFLUSHED,
-    PG_ADMIT_READ,
-    PG_ADMIT_READ_PARAMS,
-)
+from durable.store.queue_statements import PG_ADMIT_GRANT, PG_ADMIT_READ, PG_ADMIT_READ_PARAMS
 
 # The columns of a read's rows before its candidate's (see queue_statements.admit_read).
 READ_HEAD = 7
@@ -63,9 +58,8 @@ class PostgresQueues(PostgresBase, QueueRows):
         its snapshot missed a grant, or its room is not the plan's, the
         portable reads count again under the lock; the grants are a second.
         """
-        own = not connection.in_atomic_block  # the admission's transaction writes nothing else
         if seen is not None:
-            admitted = self._admit_seen(plan, seen, own)
+            admitted = self._admit_seen(plan, seen)
             if admitted is not None:
                 return admitted
         with transaction.atomic():
@@ -88,10 +82,10 @@ class PostgresQueues(PostgresBase, QueueRows):
             grants, next_at = plan.choose(limits, held, by_key, candidates, read.rate_next_at)
             if not grants:
                 return QueueAdmitted(plan.queue)
-            _, written = self._grant_steps(plan, grants, next_at, None, own)
+            _, written = self._grant_steps(plan, grants, next_at, None)
         return QueueAdmitted(plan.queue, written)
 
-    def _admit_seen(self, plan: QueueAdmissionPlan, seen: QueueSeen, own: bool) -> QueueAdmitted | None:
+    def _admit_seen(self, plan: QueueAdmissionPlan, seen: QueueSeen) -> QueueAdmitted | None:
         """Grants chosen from ``seen``, written if the queue row is still at its version; None if not."""
         if seen.paused:
             return None  # let the locked read say so (it may have been resumed)
@@ -102,22 +96,15 @@ class PostgresQueues(PostgresBase, QueueRows):
         grants, next_at = plan.choose(limits, held, seen.held_by_key, seen.candidates, seen.rate_next_at)
         if not grants:
             return QueueAdmitted(plan.queue)
-        matched, written = self._grant_steps(plan, grants, next_at, seen.version, own)
+        matched, written = self._grant_steps(plan, grants, next_at, seen.version)
         return QueueAdmitted(plan.queue, written) if matched else None
 
     def _read(self, plan: QueueAdmissionPlan) -> list[tuple[Any, ...]]:
         return self._execute(PG_ADMIT_READ, read_params(plan, PG_ADMIT_READ_PARAMS))
 
-    def _grant_steps(
-        self, plan: QueueAdmissionPlan, grants: Sequence[Any], next_at: Any, version: str | None, own: bool
-    ) -> Any:
-        """Write ``grants`` (and the row's rate_next_at); whether the row was at ``version``, the grants written.
-
-        ``own``: the transaction is the admission's alone, so its commit need
-        not wait for the flush (see ``PG_ADMIT_GRANT_UNFLUSHED``).
-        """
+    def _grant_steps(self, plan: QueueAdmissionPlan, grants: Sequence[Any], next_at: Any, version: str | None) -> Any:
+        """Write ``grants`` (and the row's rate_next_at); whether the row was at ``version``, the grants written."""
         ids = [g.id for g in grants]
         params = [plan.queue, version, version, ids, [g.start for g in grants], [g.until for g in grants]]
-        sql = PG_ADMIT_GRANT_UNFLUSHED if own else PG_ADMIT_GRANT
-        matched, written = self._execute(sql, [*params, next_at, plan.queue])[0][:2]
+        matched, written = self._execute(PG_ADMIT_GRANT, [*params, next_at, plan.queue])[0]
         return matched, tuple(g for g in grants if g.id in set(written))
