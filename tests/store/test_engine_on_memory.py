@@ -141,16 +141,20 @@ def engine(store: MemoryStore, fake: FakeClock) -> Engine:
     """An engine of its own: nothing process-wide (no installed clock, no runtime)."""
     calls.clear()
     attempts.clear()
-    keeper = LeaseKeeper()
+    return _engine(store, fake)
+
+
+def _engine(store: MemoryStore, fake: FakeClock, settings: Any = SETTINGS, **extra: Any) -> Engine:
     return Engine(
         store,
         ManualTransport(),
-        SETTINGS,
+        settings,
         registry=registry,
         clock=fake,
         owner="memory-test",
-        keeper=keeper,
+        keeper=LeaseKeeper(),
         fleet=AnyFleet(),
+        **extra,
     )
 
 
@@ -285,17 +289,8 @@ def test_a_value_the_workflow_changes_before_its_commit_is_recorded_as_the_step_
 def test_an_eager_steps_result_the_workflow_changes_is_recorded_as_the_step_returned_it(
     store: MemoryStore, fake: FakeClock
 ) -> None:
-    eager = Engine(
-        store,
-        ManualTransport(),
-        dataclasses.replace(SETTINGS, eager_steps=True),
-        registry=registry,
-        clock=fake,
-        owner="memory-test",
-        keeper=LeaseKeeper(),
-        fleet=AnyFleet(),
-        eager_routes=frozenset({None}),  # this process consumes the default queue
-    )
+    # This process consumes the default queue, so the step runs in the turn.
+    eager = _engine(store, fake, dataclasses.replace(SETTINGS, eager_steps=True), eager_routes=frozenset({None}))
     start(store, fake, "m_eager_mutates", "me1")
     assert eager.run_turn("me1") == RunStatus.SUSPENDED
     assert store.load_checkpoints("me1")[1].output == {"n": [1]}
