@@ -66,6 +66,8 @@ def _advertise(sender: Any = None, instance: Any = None, **kwargs: Any) -> None:
     # Consuming "<queue>@gpu" is what gives a Celery worker the capability gpu.
     runtime.serve_capabilities(capabilities_of(queues))
     runtime.start_advertising(queues, _namespaces_served(queues))
+    # Before the pool forks: its processes inherit the frozen heap (see freeze_startup_heap).
+    runtime.freeze_startup_heap()
 
 
 def _namespaces_served(queues: list[str]) -> frozenset[str] | None:

@@ -15,13 +15,13 @@ from typing import Any
 
 from django.db import models
 
+from durable import runtime
 from durable.codecs.payloads import open_value, seal
+from durable.codecs.protocol import is_envelope
 
 
 def current_codec() -> Any:
     """The codec of the current settings (None: payloads in clear)."""
-    from durable import runtime
-
     return runtime.settings().codec
 
 
@@ -48,4 +48,5 @@ class PayloadField(models.JSONField):
 
     def from_db_value(self, value: Any, expression: Any, connection: Any) -> Any:
         value = super().from_db_value(value, expression, connection)
-        return open_value(current_codec(), value) if isinstance(value, dict) else value
+        # Read for every payload of every history row: the settings are consulted only for an envelope.
+        return open_value(current_codec(), value) if is_envelope(value) else value

@@ -16,7 +16,7 @@ from durable.engine.context import WorkflowContext
 from durable.engine.history import IN_FLIGHT, cancelled_error
 from durable.engine.new_runs import clean_input, successor_fields
 from durable.engine.ports import Outcome
-from durable.engine.serialization import decoded, error_record, to_json
+from durable.engine.serialization import Undecodable, decoded, error_record, to_json
 from durable.engine.turn_state import Turn
 from durable.engine.vocab import RunStatus
 from durable.exceptions import (
@@ -98,11 +98,16 @@ def execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
 def _check_decoded(turn: Turn) -> None:
     """Raise CodecError when the run's input or any payload of its history did not decode."""
     run = turn.run
-    decoded(run.input, f"the input of run {run.id!r}")
-    decoded(run.query_values, f"the published values of run {run.id!r}")
+    if isinstance(run.input, Undecodable):
+        decoded(run.input, f"the input of run {run.id!r}")
+    if isinstance(run.query_values, Undecodable):
+        decoded(run.query_values, f"the published values of run {run.id!r}")
+    # Every resume checks every row: the message is built only for the one that fails.
     for cp in turn.history.records.values():
         for what in ("input", "output", "error"):
-            decoded(getattr(cp, what), f"the {what} of {cp.kind} {cp.name!r} (#{cp.seq}) of run {run.id!r}")
+            value = getattr(cp, what)
+            if isinstance(value, Undecodable):
+                decoded(value, f"the {what} of {cp.kind} {cp.name!r} (#{cp.seq}) of run {run.id!r}")
 
 
 def _failed(turn: Turn, ctx: WorkflowContext, exc: Exception) -> Outcome:

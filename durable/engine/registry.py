@@ -95,6 +95,8 @@ class Registry:
         self._schedules: dict[str, tuple[str, Any]] = {}
         # Grows whenever a workflow's declared schedules change (sync compares it).
         self.schedules_revision = 0
+        # subscribers() by event, asked at every run's end; emptied by every registration.
+        self._subscribers: dict[str, list[WorkflowDef]] = {}
 
     # -- workflows ---------------------------------------------------------
     def add_workflow(self, wf: WorkflowDef) -> None:
@@ -109,6 +111,7 @@ class Registry:
                     f"{qualname(existing.fn)}; give {qualname(wf.fn)} another name or version"
                 )
             versions[wf.version] = wf
+            self._subscribers = {}
 
     def get_workflow(self, name: str, version: int | None = None) -> WorkflowDef:
         versions = self._workflows.get(name)
@@ -130,14 +133,25 @@ class Registry:
     def retention_overrides(self) -> dict[str, dict[str, float | None]]:
         """``retention={...}`` of each workflow that declares one, as its newest version declares it."""
         with self._lock:
-            latest = [versions[max(versions)] for versions in self._workflows.values() if versions]
+            latest = self._latest()
         return {wf.name: dict(wf.retention) for wf in latest if wf.retention is not None}
 
+    def _latest(self) -> list[WorkflowDef]:
+        """The newest version of every workflow (the caller holds the lock)."""
+        return [versions[max(versions)] for versions in self._workflows.values() if versions]
+
     def subscribers(self, event: str) -> list[WorkflowDef]:
-        """The newest version of every workflow started by ``event`` (``on_event=[...]``)."""
-        with self._lock:
-            latest = [versions[max(versions)] for versions in self._workflows.values() if versions]
-        return [wf for wf in latest if event in wf.on_event]
+        """The newest version of every workflow started by ``event`` (``on_event=[...]``).
+
+        Cached per event until the next registration (a copy is returned, so callers may keep it).
+        """
+        cached = self._subscribers.get(event)
+        if cached is None:
+            # Filled under the lock that registrations empty it under: never a stale answer.
+            with self._lock:
+                cached = [wf for wf in self._latest() if event in wf.on_event]
+                self._subscribers[event] = cached
+        return list(cached)
 
     # -- steps -------------------------------------------------------------
     def add_step(self, step: StepDef) -> None:
@@ -226,6 +240,7 @@ class Registry:
         """Forget a workflow (all versions, and its schedules), step or entity by name. Meant for tests."""
         with self._lock:
             self._workflows.pop(name, None)
+            self._subscribers = {}
             self._steps.pop(name, None)
             self._entities.pop(name, None)
             for key in [k for k, (wf, _) in self._schedules.items() if wf == name]:

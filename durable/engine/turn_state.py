@@ -17,7 +17,6 @@ Not thread-safe, except :meth:`mark_lost`, which the lease keeper's thread calls
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -51,7 +50,9 @@ class Turn:
         self._wakes: list[datetime] = []
         self._event_wait = False
         self._after_commit: list[Callable[[], None]] = []
-        self._lost = threading.Event()
+        # Set once by the lease keeper's thread and only read here: a plain flag is enough (an
+        # attribute store is atomic), and a turn is built for every run woken.
+        self._lost = False
         self._taken_signals: list[int] = []
         # The lease was confirmed by the write that took it and only workflow code ran since.
         self._lease_fresh = False
@@ -61,7 +62,7 @@ class Turn:
         return now + timedelta(seconds=self.engine.settings.lease)
 
     def mark_lost(self) -> None:
-        self._lost.set()
+        self._lost = True
 
     def lease_taken(self) -> None:
         """The lease was just taken by a write (the leased insert, the acquire, the page claim), with no history.
@@ -72,7 +73,7 @@ class Turn:
         self._lease_fresh = True
 
     def check_lease(self) -> None:
-        if self._lost.is_set():
+        if self._lost:
             raise LeaseLost()
 
     def confirm_lease(self) -> None:

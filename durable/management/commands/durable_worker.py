@@ -75,6 +75,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, request_stop)
         # In the fleet (no queues: it polls the tables), so a step's requirements find it.
         runtime.start_advertising([])
+        runtime.freeze_startup_heap()
         self.stdout.write("durable_worker: running (Ctrl-C to stop)")
         try:
             loop.run_forever()

@@ -11,6 +11,7 @@ from django.db.models import Field
 
 from durable.codecs.fields import current_codec
 from durable.codecs.payloads import open_value
+from durable.codecs.protocol import ENVELOPE
 from durable.engine.ports import CheckpointRecord, RunRecord
 from durable.store.statements import RUN_COLUMNS
 
@@ -42,6 +43,9 @@ def to_checkpoint(row: Sequence[Any]) -> CheckpointRecord:
     """
     seq, name, kind, status, packed, *rest = row
     # Payload columns (durable.codecs): each value opened as PayloadField.from_db_value would.
-    codec = current_codec()
-    values = [open_value(codec, value) if isinstance(value, dict) else value for value in json.loads(packed)]
+    values = json.loads(packed)
+    # The row's JSON text names the codec's key only if a value may be an envelope.
+    if ENVELOPE in packed:
+        codec = current_codec()
+        values = [open_value(codec, value) for value in values]
     return CheckpointRecord(seq, name, kind, status, *values, *rest)
