@@ -192,6 +192,9 @@ class Checkpoint(models.Model):
     queue_key = models.CharField(max_length=255, null=True, blank=True)
     admission = models.CharField(max_length=16, choices=ADMISSION_CHOICES, null=True, blank=True)
     admitted_at = models.DateTimeField(null=True, blank=True)
+    # A limited queue's step: its run's priority (which never changes), so that an admission
+    # ranks the backlog from one index without reading the runs; 0 for other checkpoints.
+    priority = models.IntegerField(default=0, db_default=0)
 
     class Meta:
         ordering = ("run_id", "seq")
@@ -208,6 +211,12 @@ class Checkpoint(models.Model):
                 fields=["queue", "admission"],
                 name="durable_cp_queue_open",
                 condition=models.Q(admission__isnull=False, status__in=["pending", "running"]),
+            ),
+            # a limited queue's backlog: each (priority, key)'s oldest steps, one range of the index
+            models.Index(
+                fields=["queue", "priority", "queue_key", "enqueued_at", "id"],
+                name="durable_cp_queue_backlog",
+                condition=models.Q(admission__isnull=False, status="pending", kind="step"),
             ),
             # when each key of a limited queue was last admitted (round robin), admissions per minute
             models.Index(

@@ -45,7 +45,7 @@ from durable.engine.vocab import (
 CHECKPOINT_UPDATABLE: tuple[str, ...] = tuple(
     name
     for name in CheckpointRecord.__dataclass_fields__
-    if name not in ("seq", "name", "kind", "queue", "queue_key", "admission", "enqueued_at", "input")
+    if name not in ("seq", "name", "kind", "queue", "queue_key", "admission", "priority", "enqueued_at", "input")
 )
 # Columns an update leaves as stored when the record has them unset (falsy).
 KEEP_IF_UNSET: tuple[str, ...] = ("started_at", "attempts")

@@ -78,6 +78,8 @@ class CheckpointRecord:
     # A step of a limited queue: its key, and where it stands with the queue (vocab.Admission).
     queue_key: str | None = None
     admission: str | None = None
+    # A limited queue's step: its run's priority, by which the queue admits it (0 elsewhere).
+    priority: int = 0
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,43 @@ from durable.store.statements import CP_TABLE, QUEUE_TABLE, RUN_TABLE, q
 _OPEN = f"('{CheckpointStatus.PENDING}', '{CheckpointStatus.RUNNING}')"
 _IN_QUEUE = f"c.{q('queue')} = %(queue)s AND c.{q('kind')} = '{CheckpointKind.STEP}' AND c.{q('admission')} IS NOT NULL"
 _ACTIVE_RUN = f"r.{q('id')} = c.{q('run_id')} AND r.{q('status')} = ANY(%(active)s)"
+# A limited queue's backlog as its index (durable_cp_queue_backlog) holds it: steps not yet started.
+_BACKLOG = f"{_IN_QUEUE} AND c.{q('status')} = '{CheckpointStatus.PENDING}'"
+# The group after ``g`` in the index's order (priority, then key, a NULL key last): the next key
+# of its priority, else its NULL key, else the first of the next priority. Each branch one probe;
+# the LIMIT stops at the first that finds one.
+_NEXT_GROUP = (
+    " UNION ALL ".join(
+        f"(SELECT c.{q('priority')} AS p, c.{q('queue_key')} AS k FROM {CP_TABLE} c WHERE {_BACKLOG} AND {cond} "
+        f"ORDER BY c.{q('priority')}, c.{q('queue_key')} LIMIT 1)"
+        for cond in (
+            f"g.k IS NOT NULL AND c.{q('priority')} = g.p AND c.{q('queue_key')} > g.k",
+            f"g.k IS NOT NULL AND c.{q('priority')} = g.p AND c.{q('queue_key')} IS NULL",
+            f"c.{q('priority')} > g.p",
+        )
+    )
+    + " LIMIT 1"
+)
+
+
+def _oldest(key: str) -> str:
+    """The first ``wanted`` steps of group ``g`` (its key matched by ``key``) that may be admitted now.
+
+    Waiting, or admitted with the admission's lease lapsed (its worker never
+    started it), with no retry pending, of an active run; by arrival.
+    """
+    return (
+        f"(SELECT c.{q('id')} AS id, c.{q('run_id')} AS run_id, c.{q('seq')} AS seq, c.{q('queue_key')} AS k, "
+        f"c.{q('priority')} AS priority, c.{q('enqueued_at')} AS enqueued_at FROM {CP_TABLE} c, {RUN_TABLE} r "
+        f"WHERE {_BACKLOG} AND c.{q('priority')} = g.p AND {key} AND {_ACTIVE_RUN} "
+        f"AND (c.{q('admission')} = '{Admission.WAITING}' OR (c.{q('admission')} = '{Admission.ADMITTED}' "
+        f"AND c.{q('wake_at')} <= %(now)s)) AND (c.{q('retry_at')} IS NULL OR c.{q('retry_at')} <= %(now)s) "
+        # In the index's order: a NULL key is no equality to the planner, so naming the fixed
+        # columns is what lets it read the range in order instead of sorting the group.
+        f"ORDER BY c.{q('priority')}, c.{q('queue_key')}, c.{q('enqueued_at')}, c.{q('id')} "
+        f"LIMIT (SELECT wanted FROM room)::integer)"
+    )
+
 
 # The concurrency in force as the locked row says (an override wins; JSON null turns it off);
 # a stored value that is not a number leaves it to the store's own check (``wanted`` differs).
@@ -97,16 +134,16 @@ def admit_read(locked: bool) -> tuple[str, str]:
         f"AND c.{q('wake_at')} > %(now)s {mine}AND {_ACTIVE_RUN} GROUP BY c.{q('queue_key')})",
         f"room AS (SELECT GREATEST(LEAST(%(batch)s::integer, COALESCE(({_CONCURRENCY}) "
         f"- (SELECT COALESCE(sum(n), 0) FROM holders), %(batch)s::integer)), 0) AS wanted FROM lk)",
-        f"ranked AS (SELECT c.{q('id')} AS id, c.{q('run_id')} AS run_id, c.{q('seq')} AS seq, "
-        f"c.{q('queue_key')} AS k, r.{q('priority')} AS priority, c.{q('enqueued_at')} AS enqueued_at, "
-        f"row_number() OVER (PARTITION BY r.{q('priority')}, c.{q('queue_key')} "
-        f"ORDER BY c.{q('enqueued_at')}, c.{q('id')}) AS rank FROM {CP_TABLE} c, {RUN_TABLE} r "
-        f"WHERE {_IN_QUEUE} AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND {_ACTIVE_RUN} "
-        f"AND (c.{q('admission')} = '{Admission.WAITING}' OR (c.{q('admission')} = '{Admission.ADMITTED}' "
-        f"AND c.{q('wake_at')} <= %(now)s)) AND (c.{q('retry_at')} IS NULL OR c.{q('retry_at')} <= %(now)s) "
-        # Read only when the queue may admit: a paused or full queue costs no scan of its backlog.
-        f"AND EXISTS (SELECT 1 FROM lk WHERE NOT {q('paused')}) AND (SELECT wanted FROM room) > 0)",
-        "cands AS (SELECT * FROM ranked WHERE rank <= (SELECT wanted FROM room))",
+        # Each (priority, key) of the backlog, one probe of its index per group (a loose scan).
+        # Read only when the queue may admit: a paused or full queue costs no read of its backlog.
+        f"grp AS ((SELECT c.{q('priority')} AS p, c.{q('queue_key')} AS k FROM {CP_TABLE} c WHERE {_BACKLOG} "
+        f"AND EXISTS (SELECT 1 FROM lk WHERE NOT {q('paused')}) AND (SELECT wanted FROM room) > 0 "
+        f"ORDER BY c.{q('priority')}, c.{q('queue_key')} LIMIT 1) "
+        f"UNION ALL SELECT n.p, n.k FROM grp g CROSS JOIN LATERAL ({_NEXT_GROUP}) n)",
+        # Each group's first ``wanted`` steps ready to admit, by arrival: one range of the index each.
+        f"cands AS (SELECT x.* FROM grp g CROSS JOIN LATERAL (SELECT s.*, row_number() OVER "
+        f"(ORDER BY s.enqueued_at, s.id) AS rank FROM ({_oldest('c.' + q('queue_key') + ' = g.k')} UNION ALL "
+        f"{_oldest('g.k IS NULL AND c.' + q('queue_key') + ' IS NULL')}) s) x)",
         # When each candidate's key was last admitted, needed only to take turns between keys.
         f"served AS (SELECT c.{q('queue_key')} AS k, max(c.{q('admitted_at')}) AS at FROM {CP_TABLE} c "
         f"WHERE c.{q('queue')} = %(queue)s AND c.{q('admitted_at')} IS NOT NULL "
@@ -131,7 +168,7 @@ _RESULT_CTES, RESULT_READ_SELECT = admit_read(locked=False)
 # The read that rides in a step result's statement (see :func:`admit_read`), positional.
 RESULT_READ_CTES, RESULT_READ_PARAMS = positional(_RESULT_CTES)
 # The read of an admission under the queue row's lock (see :func:`admit_read`).
-PG_ADMIT_READ, PG_ADMIT_READ_PARAMS = positional(f"WITH {_READ_CTES} {_READ_SELECT}")
+PG_ADMIT_READ, PG_ADMIT_READ_PARAMS = positional(f"WITH RECURSIVE {_READ_CTES} {_READ_SELECT}")
 
 # Every grant of one admission, and the queue row rewritten (its new version tells a
 # concurrent read that it missed these grants); compare-and-set on pending (a step that

@@ -63,7 +63,9 @@ class PostgresStatements(CommitStatements):
             else ""
         )
         sql = (
-            f"WITH old AS (SELECT {q('id')}, {q('status')} FROM {RUN_TABLE} WHERE {q('id')} = %s FOR UPDATE), "
+            # RECURSIVE for the read's loose scan of its queue's backlog (a plain WITH otherwise).
+            f"WITH {'RECURSIVE ' if read else ''}old AS (SELECT {q('id')}, {q('status')} FROM {RUN_TABLE} "
+            f"WHERE {q('id')} = %s FOR UPDATE), "
             f"woke AS (UPDATE {RUN_TABLE} d SET {wake} FROM old WHERE d.{q('id')} = old.{q('id')} "
             f"AND old.{q('status')} = '{RunStatus.SUSPENDED}' RETURNING {run_columns('d')}), "
             f"cp AS (UPDATE {CP_TABLE} SET {q('status')} = %s, {q('output')} = {self.param(CP_FIELD['output'])}, "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -19,8 +20,9 @@ def waiting(seq: int, key: str | None = None, arrived: float = 0.0) -> Any:
 
 
 def enqueue(store: Any, run_id: str, *records: Any, priority: int = 0) -> None:
+    """``records`` written by a turn of run ``run_id``, which stamps each with the run's priority."""
     running(store, run_id, priority=priority)
-    result, _ = suspend(store, run_id, *records)
+    result, _ = suspend(store, run_id, *(replace(rec, priority=priority) for rec in records))
     assert result.written
 
 
@@ -92,6 +94,16 @@ def test_higher_run_priority_is_admitted_first(store: Any) -> None:
     enqueue(store, "low", waiting(1, arrived=0))
     enqueue(store, "high", waiting(1, arrived=5), priority=5)
     assert admit(store, 10, concurrency=1) == [("high", 1)]
+
+
+def test_every_priority_and_key_of_the_backlog_is_read_and_ranked(store: Any) -> None:
+    """Keys named and unnamed under several priorities: each (priority, key) is a group of the backlog."""
+    enqueue(store, "p0", waiting(1, "a", 0), waiting(2, "b", 1), waiting(3, None, 2), waiting(4, "a", 3))
+    enqueue(store, "p5", waiting(1, "a", 4), waiting(2, None, 5), priority=5)
+    enqueue(store, "p7", waiting(1, "b", 6), priority=7)
+    # Highest priority first; within one, each key's first step by arrival, then the seconds.
+    assert admit(store, 10, concurrency=6) == [("p7", 1), ("p5", 1), ("p5", 2), ("p0", 1), ("p0", 2), ("p0", 3)]
+    assert admit(store, 11, concurrency=7) == [("p0", 4)]
 
 
 def test_rate_spaces_starts_one_interval_apart_up_to_the_lookahead(store: Any) -> None:

@@ -227,6 +227,7 @@ class StepOps(OpsBase):
         """The step waits in its queue (no wake: only an admission sends it); admission is asked after commit."""
         engine = self._engine
         fields = {"input": payload, "queue": sd.route, "enqueued_at": now, "queue_key": key}
+        fields["priority"] = self._port.run.priority  # admission ranks by it without reading the run
         self._port.defer(
             self._history.step_record(seq, sd.name, PENDING, create=True, admission=Admission.WAITING, **fields)
         )

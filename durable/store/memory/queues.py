@@ -79,7 +79,7 @@ class QueuesPart(MemoryBase):
                 cp["run_id"],
                 cp["seq"],
                 cp["queue_key"],
-                self.tables.runs[cp["run_id"]]["priority"],
+                cp["priority"],
                 cp["enqueued_at"],
                 served=served.get(cp["queue_key"]),
             )

@@ -109,12 +109,12 @@ class QueueRows(StoreBase):
         """Each key's first ``wanted`` waiting steps (by arrival, per priority), with when the key was last served."""
         rank = Window(
             RowNumber(),
-            partition_by=[F("run__priority"), F("queue_key")],
+            partition_by=[F("priority"), F("queue_key")],
             order_by=[F("enqueued_at").asc(), F("id").asc()],
         )
         rows = list(
             self._waiting(plan)
-            .annotate(priority=F("run__priority"), rank=rank)
+            .annotate(rank=rank)
             .filter(rank__lte=wanted)
             .values_list("id", "run_id", "seq", "queue_key", "priority", "enqueued_at", "rank")
         )

@@ -1,0 +1,46 @@
+"""Migration 0019: the open steps of limited queues take their run's priority; other checkpoints keep 0.
+
+Steps written waiting before the upgrade are then ranked by the admission's
+index as the runs' priorities say, exactly as the steps written after it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+BEFORE = [("durable", "0018_waiter_and_lease_indexes")]
+AFTER = [("durable", "0019_queue_backlog_priority")]
+
+
+def _migrate(targets: list[tuple[str, str]]) -> Any:
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(targets)
+    return executor.loader.project_state(targets).apps
+
+
+def test_open_queue_steps_take_their_runs_priority_and_the_rest_keep_zero():
+    apps = _migrate(BEFORE)
+    try:
+        run_model, cp_model = apps.get_model("durable", "Run"), apps.get_model("durable", "Checkpoint")
+        at = timezone.now()
+        run_model.objects.create(id="hi", workflow="wf", status="suspended", priority=7, created_at=at, updated_at=at)
+        common = {"run_id": "hi", "name": "work", "kind": "step", "queue": "q", "enqueued_at": at}
+        cp_model.objects.create(seq=1, status="pending", admission="waiting", **common)
+        cp_model.objects.create(seq=2, status="running", admission="admitted", **common)
+        cp_model.objects.create(seq=3, status="completed", admission="admitted", **common)
+        cp_model.objects.create(seq=4, status="pending", **common)  # a step of a queue without limits
+        apps = _migrate(AFTER)
+        rows = apps.get_model("durable", "Checkpoint").objects.order_by("seq").values_list("seq", "priority")
+        assert list(rows) == [(1, 7), (2, 7), (3, 0), (4, 0)]
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes("durable"))
