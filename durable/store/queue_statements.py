@@ -1,9 +1,12 @@
 """The PostgreSQL statements of a limited queue's admission (see :mod:`durable.engine.plan_queues`).
 
-An admission is two statements in one transaction: :data:`PG_ADMIT_READ`
+An admission first reads without a lock (:data:`PG_ADMIT_PEEK`) and writes
+the grants chosen from it with :data:`PG_ADMIT_GRANT`, compare-and-set on the
+queue row's version as read; only if another admitter granted in between
+does it run as two statements in one transaction: :data:`PG_ADMIT_READ`
 locks the queue row and reads everything the plan decides on; then
 :data:`PG_ADMIT_GRANT` writes every grant and rewrites the queue row. A
-step's result can carry the same read, unlocked (:func:`admit_read`, in
+step's result can carry the same read (:func:`admit_read`, in
 :meth:`~durable.store.typed_statements.PostgresStatements.finish_step`); the
 grants chosen from it are then :data:`PG_ADMIT_GRANT` alone, with the row's
 version as read.
@@ -104,7 +107,7 @@ def positional(sql: str) -> tuple[str, list[str]]:
     return _NAMED.sub(one, sql), names
 
 
-def admit_read(locked: bool) -> tuple[str, str]:
+def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
     """The read of an admission: its CTEs (``lk`` first) and the SELECT of its rows (named parameters).
 
     Params: queue, now, active (run statuses), batch, concurrency (the
@@ -112,7 +115,9 @@ def admit_read(locked: bool) -> tuple[str, str]:
     the same statement writes, not counted as a holder (the statement's
     snapshot still sees it hold). ``locked``: the queue row ``FOR UPDATE``
     (an admission); else ``FOR SHARE`` (a step result's read, which writes
-    nothing here). One row per candidate (or one with NULL
+    nothing here), or, not ``result``, no lock and no step of its own (an
+    admission's first, optimistic read: its grants compare-and-set on the
+    version it saw, so it need not wait for anyone). One row per candidate (or one with NULL
     candidate columns when there is none): the row's paused, overrides,
     rate_next_at; fresh (see the module docstring); the row's version as the
     statement's snapshot saw it (grants chosen from this read compare-and-set
@@ -121,13 +126,15 @@ def admit_read(locked: bool) -> tuple[str, str]:
     (the grants the concurrency leaves room for); then the candidate's id,
     run_id, seq, key, priority, enqueued_at, rank, served.
     """
-    lock = " FOR UPDATE" if locked else " FOR SHARE"
+    lock = " FOR UPDATE" if locked else " FOR SHARE" if result else ""
     ctes = [
         f"lk AS (SELECT {q('paused')}, {q('overrides')}, {q('rate_next_at')}, xmin AS v "
         f"FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s{lock})",
         f"snap AS (SELECT xmin AS v FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s)",
     ]
-    mine = "" if locked else f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) "
+    mine = ""
+    if result and not locked:
+        mine = f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) "
     ctes += [
         f"holders AS (SELECT c.{q('queue_key')} AS k, count(*) AS n FROM {CP_TABLE} c, {RUN_TABLE} r "
         f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' AND c.{q('status')} IN {_OPEN} "
@@ -169,6 +176,8 @@ _RESULT_CTES, RESULT_READ_SELECT = admit_read(locked=False)
 RESULT_READ_CTES, RESULT_READ_PARAMS = positional(_RESULT_CTES)
 # The read of an admission under the queue row's lock (see :func:`admit_read`).
 PG_ADMIT_READ, PG_ADMIT_READ_PARAMS = positional(f"WITH RECURSIVE {_READ_CTES} {_READ_SELECT}")
+# An admission's first read, taking no lock (see :func:`admit_read`).
+PG_ADMIT_PEEK, PG_ADMIT_PEEK_PARAMS = positional("WITH RECURSIVE {} {}".format(*admit_read(False, result=False)))
 
 # Every grant of one admission, and the queue row rewritten (its new version tells a
 # concurrent read that it missed these grants); compare-and-set on pending (a step that

@@ -145,3 +145,55 @@ def test_a_commit_that_writes_waiting_steps_rewrites_their_queue_row(store: Any)
     assert _queue_version() == before
     enqueue(store, "r3", waiting(1, arrived=3))
     assert _queue_version() != before
+
+
+def test_an_admission_that_another_overtakes_after_its_first_read_grants_under_the_lock(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first read takes no lock; a grant committed after it refuses its choice, and the locked read decides."""
+    from durable.store.queue_statements import PG_ADMIT_GRANT, PG_ADMIT_PEEK, PG_ADMIT_READ
+
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 6)))
+    assert admit(store, 5, concurrency=2) == [("r1", 1), ("r1", 2)]
+    for seq in (1, 2):  # both slots free
+        assert store.claim_step("r1", seq, OWNER, at(6), at(66)) is not None
+        store.finish_step("r1", seq, at(6), output=seq)
+    executed: list[str] = []
+    overtaken: list[int] | None = None
+    execute = store._execute
+
+    def spy(sql: str, params: list[Any]) -> Any:
+        nonlocal overtaken
+        executed.append({PG_ADMIT_PEEK: "peek", PG_ADMIT_GRANT: "grant", PG_ADMIT_READ: "locked"}.get(sql, "other"))
+        rows = execute(sql, params)
+        if sql == PG_ADMIT_PEEK and overtaken is None:  # another admitter grants between this read and its grant
+            overtaken = []
+            overtaken += [grant.seq for grant in store.admit_steps(_plan(7, concurrency=2)).grants]
+        return rows
+
+    monkeypatch.setattr(store, "_execute", spy)
+    granted = [grant.seq for grant in store.admit_steps(_plan(7, concurrency=2)).grants]
+    assert overtaken == [3, 4]
+    assert granted == []  # its choice (3, 4) refused; under the lock: no room left
+    assert executed == ["peek", "peek", "grant", "grant", "locked"]
+    assert store.queue_stats("q", at(8)).running == 2
+
+
+def test_an_admission_grants_from_its_first_read_when_nobody_overtakes(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable.store.queue_statements import PG_ADMIT_GRANT, PG_ADMIT_PEEK
+
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 4)))
+    assert admit(store, 5, concurrency=2) == [("r1", 1), ("r1", 2)]  # the queue row exists from here
+    assert store.claim_step("r1", 1, OWNER, at(6), at(66)) is not None
+    store.finish_step("r1", 1, at(6), output=1)
+    executed: list[str] = []
+    execute = store._execute
+    monkeypatch.setattr(store, "_execute", lambda sql, params: executed.append(sql) or execute(sql, params))
+    assert [grant.seq for grant in store.admit_steps(_plan(7, concurrency=2)).grants] == [3]
+    assert executed == [PG_ADMIT_PEEK, PG_ADMIT_GRANT]  # two statements, no transaction of its own
+
+
+def _plan(now: float, **limits: Any) -> Any:
+    return plan_queue_admission("q", at(now), QueueLimits(**limits), LEASE, 100)

@@ -16,7 +16,13 @@ from durable.engine.plan_queues import Candidate, QueueAdmissionPlan, QueueAdmit
 from durable.models import Queue
 from durable.store.portable.queue_rows import QueueRows
 from durable.store.postgres.base import PostgresBase
-from durable.store.queue_statements import PG_ADMIT_GRANT, PG_ADMIT_READ, PG_ADMIT_READ_PARAMS
+from durable.store.queue_statements import (
+    PG_ADMIT_GRANT,
+    PG_ADMIT_PEEK,
+    PG_ADMIT_PEEK_PARAMS,
+    PG_ADMIT_READ,
+    PG_ADMIT_READ_PARAMS,
+)
 
 # The columns of a read's rows before its candidate's (see queue_statements.admit_read).
 READ_HEAD = 7
@@ -52,12 +58,20 @@ class PostgresQueues(PostgresBase, QueueRows):
         """The plan as the portable store executes it, in fewer statements.
 
         With ``seen`` (read by a step result's write), the grants chosen from
-        it are one statement, compare-and-set on the queue row's version; if
-        the row moved on, the admission runs as without. Without: one
-        statement locks the row (created if missing) and reads; when it says
-        its snapshot missed a grant, or its room is not the plan's, the
-        portable reads count again under the lock; the grants are a second.
+        it are one statement, compare-and-set on the queue row's version.
+        Without, the admission reads first without any lock (a statement that
+        begins after the write that asked for it, so it sees that write's
+        freed slot or waiting step) and grants the same way: two statements,
+        and the queue row is locked only by the grant's. If the row moved on
+        meanwhile (another admitter granted), or the read is paused or does
+        not match the plan, the admission runs under the lock: one statement
+        locks the row (created if missing) and reads; when it says its
+        snapshot missed a grant, or its room is not the plan's, the portable
+        reads count again under the lock; the grants are a second.
         """
+        if seen is None:
+            rows = self._execute(PG_ADMIT_PEEK, read_params(plan, PG_ADMIT_PEEK_PARAMS))
+            seen = to_seen(rows) if rows else None
         if seen is not None:
             admitted = self._admit_seen(plan, seen)
             if admitted is not None:
