@@ -20,6 +20,10 @@ class BenchConfig(AppConfig):
     def ready(self) -> None:
         if os.environ.get("BENCH_OTEL"):
             _install_otel_sdk()
+        if os.environ.get("BENCH_QUEUES"):  # a Celery worker of python -m bench.queues
+            from bench.queues import register
+
+            register()
 
 
 def _install_otel_sdk() -> None:

@@ -13,7 +13,10 @@ queue with none:
    issue asks the first to be within 15% of the second). Measured in
    ``--pairs`` pairs, the two queues one after the other in each pair (the
    first of each pair alternating), so that a change of the machine's load
-   hits both: the ratio of each pair and their median.
+   hits both: the ratio of each pair and their median. Then the same on one
+   ``celery worker -c N`` (``--celery N``, default 4; 0 skips it): the runs
+   dispatched through Redis and every turn, step and admission run in the
+   worker's processes, as deployed (:mod:`bench.queues_celery`).
 2. **Admission latency**: a queue with ``concurrency: 1`` and a backlog;
    for each step admitted after another one's result, the time from that
    result's write (its ``finished_at``) to the next step's admission
@@ -53,7 +56,8 @@ def _recreate_database() -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def _register() -> dict[str, Any]:
+def register() -> dict[str, Any]:
+    """The benchmark's workflow and steps (also in its Celery worker, under ``BENCH_QUEUES``)."""
     import durable
 
     def make(queue: str) -> Any:
@@ -76,14 +80,27 @@ def _settings(transport: str, threads: int) -> dict[str, Any]:
     return {"TRANSPORT": transport, "EMBEDDED_WORKER": False, "WORKER_THREADS": threads, "QUEUES": QUEUES}
 
 
-def _wait_completed(run_ids: list[str], timeout: float = 600.0) -> None:
+def wait_completed(run_ids: list[str], timeout: float = 600.0) -> None:
+    """Until every run of ``run_ids`` completed, polled every 20 ms.
+
+    One raw statement per poll: the driver shares the GIL with the worker
+    threads it measures, and building an ORM query 50 times a second held it
+    in 15-24% of the samples of a profiled throughput run.
+    """
+    from django.db import connection
+
     from durable.models import Run
 
+    sql = f"SELECT count(*) FROM {Run._meta.db_table} WHERE id = ANY(%s) AND status <> 'completed'"
     deadline = time.monotonic() + timeout
-    while Run.objects.filter(id__in=run_ids).exclude(status="completed").exists():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"runs did not complete within {timeout:.0f} s")
-        time.sleep(0.02)
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(sql, [run_ids])
+            if cursor.fetchone()[0] == 0:
+                return
+            if time.monotonic() > deadline:
+                raise SystemExit(f"runs did not complete within {timeout:.0f} s")
+            time.sleep(0.02)
 
 
 def throughput(queue: str, runs: int, steps: int, threads: int, tag: str = "") -> dict[str, Any]:
@@ -94,7 +111,7 @@ def throughput(queue: str, runs: int, steps: int, threads: int, tag: str = "") -
     with override_settings(DURABLE=_settings("inline", threads)):
         started = time.perf_counter()
         ids = [durable.start("bq.fan", {"queue": queue, "n": steps}, run_id=f"{queue}-{tag}{i}") for i in range(runs)]
-        _wait_completed(ids)
+        wait_completed(ids)
         seconds = time.perf_counter() - started
         from durable.runtime import get_engine
 
@@ -115,7 +132,7 @@ def admission_latency(steps: int, threads: int) -> dict[str, Any]:
 
     with override_settings(DURABLE=_settings("inline", threads)):
         run_id = durable.start("bq.fan", {"queue": "bq_one", "n": steps}, run_id="latency")
-        _wait_completed([run_id])
+        wait_completed([run_id])
         from durable.runtime import get_engine
 
         get_engine().transport.shutdown(wait=True)
@@ -132,14 +149,17 @@ def admission_latency(steps: int, threads: int) -> dict[str, Any]:
     }
 
 
-def paired_throughput(pairs: int, runs: int, steps: int, threads: int) -> dict[str, Any]:
-    """``pairs`` pairs of (no limit, concurrency 50), the order alternating; each pair's ratio and the median."""
+def paired_throughput(pairs: int, measure: Any) -> dict[str, Any]:
+    """``pairs`` pairs of (no limit, concurrency 50), the order alternating; each pair's ratio and the median.
+
+    ``measure(queue, tag)``: one throughput measurement of ``queue``.
+    """
     free: list[dict[str, Any]] = []
     limited: list[dict[str, Any]] = []
     for pair in range(pairs):
         order = [("bq_free", free), ("bq_limited", limited)]
         for queue, into in order if pair % 2 == 0 else order[::-1]:
-            into.append(throughput(queue, runs, steps, threads, tag=f"p{pair}-"))
+            into.append(measure(queue, f"p{pair}-"))
     ratios = [lim["steps_per_s"] / fr["steps_per_s"] for fr, lim in zip(free, limited, strict=True)]
     return {
         "no_limit": free,
@@ -208,6 +228,9 @@ def main() -> None:
     parser.add_argument("--latency-steps", type=int, default=300)
     parser.add_argument("--count-steps", type=int, default=100)
     parser.add_argument("--pairs", type=int, default=3, help="throughput pairs (no limit, limited)")
+    parser.add_argument(
+        "--celery", type=int, default=4, metavar="N", help="also on a `celery worker -c N` (0: in-process only)"
+    )
     args = parser.parse_args()
     _recreate_database()
 
@@ -217,12 +240,22 @@ def main() -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
-    _register()
-    paired = paired_throughput(args.pairs, args.runs, args.steps, args.threads)
+    register()
+    paired = paired_throughput(
+        args.pairs, lambda queue, tag: throughput(queue, args.runs, args.steps, args.threads, tag=tag)
+    )
+    report: dict[str, Any] = {"throughput": paired}
+    if args.celery:
+        from bench import queues_celery
+
+        with queues_celery.Worker(args.celery) as worker:
+            report["throughput_celery"] = paired_throughput(
+                args.pairs, lambda queue, tag: queues_celery.throughput(queue, args.runs, args.steps, tag=tag)
+            )
+            report["throughput_celery"]["worker_concurrency"] = worker.concurrency
     off, on = statements("bq_free", args.count_steps), statements("bq_limited", args.count_steps)
-    report = {
+    report |= {
         "load": os.getloadavg(),
-        "throughput": paired,
         "admission_latency": admission_latency(args.latency_steps, args.threads),
         "statements_per_step": {"no_limit": off, "limited": on, "extra": round(on["per_step"] - off["per_step"], 2)},
     }

@@ -197,3 +197,24 @@ def test_an_admission_grants_from_its_first_read_when_nobody_overtakes(
 
 def _plan(now: float, **limits: Any) -> Any:
     return plan_queue_admission("q", at(now), QueueLimits(**limits), LEASE, 100)
+
+
+def test_a_results_read_overtaken_by_a_grant_admits_from_a_fresh_read_without_the_lock(
+    store: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable.store.queue_statements import PG_ADMIT_GRANT, PG_ADMIT_PEEK
+
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 7)))
+    assert admit(store, 5, concurrency=3) == [("r1", 1), ("r1", 2), ("r1", 3)]
+    read = _finish_reading(store, 1, 6, concurrency=3)
+    assert read.seen is not None and [c.seq for c in read.seen.candidates] == [4]
+    for seq in (2, 3):
+        assert store.claim_step("r1", seq, OWNER, at(6), at(66)) is not None
+        store.finish_step("r1", seq, at(6), output=seq)
+    assert admit(store, 7, batch=1, concurrency=3) == [("r1", 4)]  # another admitter, after the read
+    executed: list[str] = []
+    execute = store._execute
+    monkeypatch.setattr(store, "_execute", lambda sql, params: executed.append(sql) or execute(sql, params))
+    assert [grant.seq for grant in store.admit_steps(read.plan, read.seen).grants] == [5, 6]
+    assert executed == [PG_ADMIT_GRANT, PG_ADMIT_PEEK, PG_ADMIT_GRANT]  # refused, read again, granted
+    assert store.queue_stats("q", at(8)).running == 3

@@ -59,7 +59,7 @@ class PostgresQueues(PostgresBase, QueueRows):
 
         With ``seen`` (read by a step result's write), the grants chosen from
         it are one statement, compare-and-set on the queue row's version.
-        Without, the admission reads first without any lock (a statement that
+        Without, or when that row moved on, the admission reads without any lock (a statement that
         begins after the write that asked for it, so it sees that write's
         freed slot or waiting step) and grants the same way: two statements,
         and the queue row is locked only by the grant's. If the row moved on
@@ -69,13 +69,14 @@ class PostgresQueues(PostgresBase, QueueRows):
         snapshot missed a grant, or its room is not the plan's, the portable
         reads count again under the lock; the grants are a second.
         """
-        if seen is None:
-            rows = self._execute(PG_ADMIT_PEEK, read_params(plan, PG_ADMIT_PEEK_PARAMS))
-            seen = to_seen(rows) if rows else None
         if seen is not None:
             admitted = self._admit_seen(plan, seen)
             if admitted is not None:
                 return admitted
+        rows = self._execute(PG_ADMIT_PEEK, read_params(plan, PG_ADMIT_PEEK_PARAMS))
+        admitted = self._admit_seen(plan, to_seen(rows)) if rows else None
+        if admitted is not None:
+            return admitted
         with transaction.atomic():
             rows = self._read(plan)
             if not rows:
