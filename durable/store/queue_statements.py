@@ -96,6 +96,21 @@ _CONCURRENCY = (
 _NAMED = re.compile(r"%\((\w+)\)s")
 
 
+# The candidates of an admission read (after its ``lk`` and ``room``): the CTEs grp and cands.
+_CANDIDATES = (
+    # Each (priority, key) of the backlog, one probe of its index per group (a loose scan).
+    # Read only when the queue may admit: a paused or full queue costs no read of its backlog.
+    f"grp AS ((SELECT c.{q('priority')} AS p, c.{q('queue_key')} AS k FROM {CP_TABLE} c WHERE {_BACKLOG} "
+    f"AND EXISTS (SELECT 1 FROM lk WHERE NOT {q('paused')}) AND (SELECT wanted FROM room) > 0 "
+    f"ORDER BY c.{q('priority')}, c.{q('queue_key')} LIMIT 1) "
+    f"UNION ALL SELECT n.p, n.k FROM grp g CROSS JOIN LATERAL ({_NEXT_GROUP}) n)",
+    # Each group's first ``wanted`` steps ready to admit, by arrival: one range of the index each.
+    f"cands AS (SELECT x.* FROM grp g CROSS JOIN LATERAL (SELECT s.*, row_number() OVER "
+    f"(ORDER BY s.enqueued_at, s.id) AS rank FROM ({_oldest('c.' + q('queue_key') + ' = g.k')} UNION ALL "
+    f"{_oldest('g.k IS NULL AND c.' + q('queue_key') + ' IS NULL')}) s) x)",
+)
+
+
 def positional(sql: str) -> tuple[str, list[str]]:
     """``sql`` with its named parameters made positional, and the names in the order to pass them."""
     names: list[str] = []
@@ -141,16 +156,7 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
         f"AND c.{q('wake_at')} > %(now)s {mine}AND {_ACTIVE_RUN} GROUP BY c.{q('queue_key')})",
         f"room AS (SELECT GREATEST(LEAST(%(batch)s::integer, COALESCE(({_CONCURRENCY}) "
         f"- (SELECT COALESCE(sum(n), 0) FROM holders), %(batch)s::integer)), 0) AS wanted FROM lk)",
-        # Each (priority, key) of the backlog, one probe of its index per group (a loose scan).
-        # Read only when the queue may admit: a paused or full queue costs no read of its backlog.
-        f"grp AS ((SELECT c.{q('priority')} AS p, c.{q('queue_key')} AS k FROM {CP_TABLE} c WHERE {_BACKLOG} "
-        f"AND EXISTS (SELECT 1 FROM lk WHERE NOT {q('paused')}) AND (SELECT wanted FROM room) > 0 "
-        f"ORDER BY c.{q('priority')}, c.{q('queue_key')} LIMIT 1) "
-        f"UNION ALL SELECT n.p, n.k FROM grp g CROSS JOIN LATERAL ({_NEXT_GROUP}) n)",
-        # Each group's first ``wanted`` steps ready to admit, by arrival: one range of the index each.
-        f"cands AS (SELECT x.* FROM grp g CROSS JOIN LATERAL (SELECT s.*, row_number() OVER "
-        f"(ORDER BY s.enqueued_at, s.id) AS rank FROM ({_oldest('c.' + q('queue_key') + ' = g.k')} UNION ALL "
-        f"{_oldest('g.k IS NULL AND c.' + q('queue_key') + ' IS NULL')}) s) x)",
+        *_CANDIDATES,
         # When each candidate's key was last admitted, needed only to take turns between keys.
         f"served AS (SELECT c.{q('queue_key')} AS k, max(c.{q('admitted_at')}) AS at FROM {CP_TABLE} c "
         f"WHERE c.{q('queue')} = %(queue)s AND c.{q('admitted_at')} IS NOT NULL "
