@@ -206,17 +206,20 @@ class Checkpoint(models.Model):
                 name="durable_cp_step_due",
                 condition=models.Q(kind="step", status__in=["pending", "running"]),
             ),
-            # a limited queue's slot holders and waiting steps (other steps are not in it)
+            # a limited queue's slot holders: admitted and unsettled (a waiting step is not in it, so
+            # that the reads of the backlog cannot be planned on this index instead of the next)
             models.Index(
-                fields=["queue", "admission"],
-                name="durable_cp_queue_open",
-                condition=models.Q(admission__isnull=False, status__in=["pending", "running"]),
+                fields=["queue", "wake_at"],
+                name="durable_cp_queue_held",
+                condition=models.Q(admission="admitted", status__in=["pending", "running"]),
             ),
-            # a limited queue's backlog: each (priority, key)'s oldest steps, one range of the index
+            # a limited queue's backlog: each (priority, key)'s oldest steps, one range of the index.
+            # No kind in its condition (only steps are admitted), so that its reads need not name
+            # one: a read that names kind "step" could be planned on the due-steps index instead.
             models.Index(
                 fields=["queue", "priority", "queue_key", "enqueued_at", "id"],
                 name="durable_cp_queue_backlog",
-                condition=models.Q(admission__isnull=False, status="pending", kind="step"),
+                condition=models.Q(admission__isnull=False, status="pending"),
             ),
             # when each key of a limited queue was last admitted (round robin), admissions per minute
             models.Index(

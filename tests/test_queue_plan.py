@@ -108,3 +108,36 @@ def test_an_admission_reads_each_groups_first_steps_not_the_whole_backlog():
     }
     # The backlog is 20,000 steps; the read touches a few rows per group and candidate.
     assert _checkpoint_rows_read(explained) < 200, json.dumps(explained)
+
+
+def test_an_admission_keeps_to_the_backlogs_index_on_statistics_taken_before_any_step_waited():
+    """Statistics taken when the queue had only a finished history, then a burst of 20,000 waiting steps.
+
+    Every open step is also in the due-steps index, which leads with the
+    status; a generic plan from those statistics (no step pending) read the
+    candidates and the holders through it, walking every open step.
+    """
+    _series(Run, RUNS, id="'r' || i", workflow="'wf'", status=f"'{RunStatus.RUNNING}'", priority="0")
+    _series(
+        Checkpoint,
+        5_000,
+        run=f"'r' || (1 + i %% {RUNS})",
+        seq=f"{BACKLOG} + i",
+        name="'work'",
+        kind=f"'{CheckpointKind.STEP}'",
+        status=f"'{CheckpointStatus.COMPLETED}'",
+        queue="'q'",
+        admission=f"'{Admission.ADMITTED}'",
+        admitted_at="now() - interval '1 hour'",
+    )
+    with connection.cursor() as cursor:
+        for table in TABLES:
+            cursor.execute(f"ANALYZE {table}")
+    _steps(1, BACKLOG)
+    Queue.objects.create(name="q", updated_at=now())
+    plan = plan_queue_admission("q", now(), QueueLimits(concurrency=10), 60.0, 100)
+    explained, rows = _analyzed(PG_ADMIT_READ, read_params(plan, PG_ADMIT_READ_PARAMS))
+    assert len(to_seen(rows).candidates) == 30
+    indexes = {n.get("Index Name") for n in _all(explained) if n.get("Relation Name") == "durable_checkpoint"}
+    assert "durable_cp_step_due" not in indexes, json.dumps(explained)
+    assert _checkpoint_rows_read(explained) < 200, json.dumps(explained)

@@ -25,6 +25,7 @@ from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
 from durable.runtime import now
 from durable.store.statements import (
     PG_ACQUIRE,
+    PG_CLAIM_STEP,
     PG_LEASE_HELD,
     PG_POKE_IF_SETTLED,
     PG_WAKE_WAITERS,
@@ -174,3 +175,22 @@ def test_expired_leases_and_a_signal_senders_waiter_lookup_keep_their_indexes():
     }
     for index, query in lookups.items():
         assert index in query.explain(), (index, query.explain())
+
+
+def test_a_step_claim_finds_its_checkpoint_by_run_and_position_on_stale_statistics():
+    """Statistics taken while no step was open, then 20,000 pending steps: the claim still reads one row.
+
+    The partial indexes of open steps lead with the status; a generic plan
+    from those statistics took one of them and walked every pending step.
+    """
+    with connection.cursor() as cursor:
+        for table in TABLES:
+            cursor.execute(f"ANALYZE {table}")
+    _suspended_runs()
+    _series(Checkpoint, SUSPENDED, run="'s' || i", seq="2", name="'work'", kind="'step'", status="'pending'")
+    at = now()
+    active = [str(status) for status in (RunStatus.SUSPENDED, RunStatus.RUNNING)]
+    plan = _generic_plan(PG_CLAIM_STEP, ["me", at, at, "s8", 2, at, active, at, at])
+    checkpoints = [n for n in _scans(plan) if n["Relation Name"] == "durable_checkpoint"]
+    assert checkpoints and all("run_seq" in n.get("Index Name", "") for n in checkpoints), json.dumps(plan)
+    assert _by_run_id(plan) == [], json.dumps(plan)

@@ -41,11 +41,14 @@ from __future__ import annotations
 
 import re
 
-from durable.engine.vocab import Admission, CheckpointKind, CheckpointStatus
+from durable.engine.vocab import Admission, CheckpointStatus
 from durable.store.statements import CP_TABLE, QUEUE_TABLE, RUN_TABLE, q
 
 _OPEN = f"('{CheckpointStatus.PENDING}', '{CheckpointStatus.RUNNING}')"
-_IN_QUEUE = f"c.{q('queue')} = %(queue)s AND c.{q('kind')} = '{CheckpointKind.STEP}' AND c.{q('admission')} IS NOT NULL"
+# Only steps are admitted, so no kind is named: a read naming kind "step" and an open status
+# satisfies the due-steps index's condition, and on statistics taken before a burst of waiting
+# steps a generic plan took that index (leading with the status) and walked every open step.
+_IN_QUEUE = f"c.{q('queue')} = %(queue)s AND c.{q('admission')} IS NOT NULL"
 _ACTIVE_RUN = f"r.{q('id')} = c.{q('run_id')} AND r.{q('status')} = ANY(%(active)s)"
 # A limited queue's backlog as its index (durable_cp_queue_backlog) holds it: steps not yet started.
 _BACKLOG = f"{_IN_QUEUE} AND c.{q('status')} = '{CheckpointStatus.PENDING}'"
@@ -82,6 +85,16 @@ def _oldest(key: str) -> str:
         # columns is what lets it read the range in order instead of sorting the group.
         f"ORDER BY c.{q('priority')}, c.{q('queue_key')}, c.{q('enqueued_at')}, c.{q('id')} "
         f"LIMIT (SELECT wanted FROM room)::integer)"
+    )
+
+
+def _last_served(key: str) -> str:
+    """When the key that ``key`` matches was last admitted in the queue (an index probe, newest first)."""
+    return (
+        f"SELECT c.{q('admitted_at')} FROM {CP_TABLE} c WHERE c.{q('queue')} = %(queue)s AND {key} "
+        # The index's own order, backwards: a NULL key is no equality to the planner (see _oldest).
+        f"AND c.{q('admitted_at')} IS NOT NULL "
+        f"ORDER BY c.{q('queue')} DESC, c.{q('queue_key')} DESC, c.{q('admitted_at')} DESC LIMIT 1"
     )
 
 
@@ -157,13 +170,11 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
         f"room AS (SELECT GREATEST(LEAST(%(batch)s::integer, COALESCE(({_CONCURRENCY}) "
         f"- (SELECT COALESCE(sum(n), 0) FROM holders), %(batch)s::integer)), 0) AS wanted FROM lk)",
         *_CANDIDATES,
-        # When each candidate's key was last admitted, needed only to take turns between keys.
-        f"served AS (SELECT c.{q('queue_key')} AS k, max(c.{q('admitted_at')}) AS at FROM {CP_TABLE} c "
-        f"WHERE c.{q('queue')} = %(queue)s AND c.{q('admitted_at')} IS NOT NULL "
-        f"AND (SELECT count(*) FROM (SELECT DISTINCT k FROM cands) d) > 1 "
-        f"AND (c.{q('queue_key')} IN (SELECT k FROM cands) "
-        f"OR (c.{q('queue_key')} IS NULL AND EXISTS (SELECT 1 FROM cands WHERE k IS NULL))) "
-        f"GROUP BY c.{q('queue_key')})",
+        # When each candidate's key was last admitted, needed only to take turns between keys:
+        # one probe per key of the served index (its newest admission), not the queue's history.
+        f"served AS (SELECT d.k, CASE WHEN d.k IS NULL THEN ({_last_served(q('queue_key') + ' IS NULL')}) "
+        f"ELSE ({_last_served(q('queue_key') + ' = d.k')}) END AS at FROM (SELECT DISTINCT k FROM cands) d "
+        f"WHERE (SELECT count(*) FROM (SELECT DISTINCT k FROM cands) n) > 1)",
     ]
     select = (
         f"SELECT lk.{q('paused')}, lk.{q('overrides')}, lk.{q('rate_next_at')}, lk.v = (SELECT v FROM snap) AS fresh, "

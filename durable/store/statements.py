@@ -38,14 +38,14 @@ def _in(values: Sequence[str]) -> str:
     return ", ".join(f"'{v}'" for v in values)
 
 
-def _unindexed(column: str) -> str:
+def _unindexed(column: str, alias: str = "") -> str:
     """``column`` in a form no index serves (its value unchanged: the columns it wraps are never '').
 
     A statement that finds its row by primary key writes its other conditions
     so: a generic plan made from stale statistics could otherwise take the
     index that leads with the status and walk every run of that status.
     """
-    return f"COALESCE({q(column)}, '')"
+    return f"COALESCE({alias + '.' if alias else ''}{q(column)}, '')"
 
 
 RUN_TABLE = q(Run._meta.db_table)
@@ -107,14 +107,15 @@ PG_POKE_IF_SETTLED = (
     f"AND EXISTS (SELECT 1 FROM {CP_TABLE} WHERE {q('run_id')} = %s AND {q('seq')} = ANY(%s) "
     f"AND {q('status')} IN ({_in(SETTLED)})) RETURNING 1"
 )
-# Claim a pending, due step of an active run, locking the checkpoint row only.
+# Claim a pending, due step of an active run, locking the checkpoint row only. Found by its
+# (run_id, seq) alone: its status unindexed, for the partial indexes of open steps lead with it.
 # Params: owner, lease_until, now, run_id, seq, now, run statuses, now, now.
 PG_CLAIM_STEP = (
     f"UPDATE {CP_TABLE} c SET {q('status')} = '{CheckpointStatus.RUNNING}', "
     f"{q('attempts')} = c.{q('attempts')} + 1, {q('locked_by')} = %s, {q('wake_at')} = %s, "
     f"{q('dispatches')} = 0, {q('started_at')} = %s, {q('timeout_at')} = NULL FROM {RUN_TABLE} r "
     f"WHERE c.{q('run_id')} = %s AND c.{q('seq')} = %s AND c.{q('kind')} = '{CheckpointKind.STEP}' "
-    f"AND c.{q('status')} = '{CheckpointStatus.PENDING}' "
+    f"AND {_unindexed('status', 'c')} = '{CheckpointStatus.PENDING}' "
     f"AND (c.{q('retry_at')} IS NULL OR c.{q('retry_at')} <= %s) AND r.{q('id')} = c.{q('run_id')} "
     f"AND r.{q('status')} = ANY(%s) "
     # A limited queue's step only while admitted, its start reached, its admission's lease running.
