@@ -39,6 +39,7 @@ import statistics
 import sys
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 DB = os.environ.get("BENCH_QUEUES_DB", "postgres://postgres@127.0.0.1:5432/bench_queues")
@@ -149,6 +150,21 @@ def admission_latency(steps: int, threads: int) -> dict[str, Any]:
     }
 
 
+def vacuum() -> None:
+    """``VACUUM (ANALYZE)`` the engine's tables, outside the measured time.
+
+    Each measurement leaves tens of thousands of dead row versions (no update
+    of a run or a step is HOT); a server with autovacuum off (``autovacuum``
+    is recorded in the report) would otherwise hand each later repetition a
+    larger heap and indexes than the first, which is no deployment's steady state.
+    """
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for table in ("durable_run", "durable_checkpoint", "durable_queue", "durable_signalwaiter"):
+            cursor.execute(f"VACUUM (ANALYZE) {table}")
+
+
 def paired_throughput(pairs: int, measure: Any) -> dict[str, Any]:
     """``pairs`` pairs of (no limit, concurrency 50), the order alternating; each pair's ratio and the median.
 
@@ -159,6 +175,7 @@ def paired_throughput(pairs: int, measure: Any) -> dict[str, Any]:
     for pair in range(pairs):
         order = [("bq_free", free), ("bq_limited", limited)]
         for queue, into in order if pair % 2 == 0 else order[::-1]:
+            vacuum()
             into.append(measure(queue, f"p{pair}-"))
     ratios = [lim["steps_per_s"] / fr["steps_per_s"] for fr, lim in zip(free, limited, strict=True)]
     return {
@@ -220,6 +237,27 @@ def statements(queue: str, steps: int) -> dict[str, Any]:
     }
 
 
+def _setting(name: str) -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting(%s)", [name])
+        return str(cursor.fetchone()[0])
+
+
+def _code() -> str:
+    """The code measured: the commit of this checkout and whether ``durable/`` has uncommitted changes."""
+    import subprocess
+    from pathlib import Path
+
+    repo = str(Path(__file__).resolve().parents[1])
+    head = subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    status = ["git", "-C", repo, "status", "--porcelain", "--", "durable"]
+    dirty = subprocess.run(status, capture_output=True, text=True)
+    state = "with uncommitted changes" if dirty.stdout.strip() else "clean"
+    return f"durable/ at {head.stdout.strip()} ({state})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=20)
@@ -231,7 +269,10 @@ def main() -> None:
     parser.add_argument(
         "--celery", type=int, default=4, metavar="N", help="also on a `celery worker -c N` (0: in-process only)"
     )
+    parser.add_argument("--out", default="bench/results", help="where to write queues-<UTC time>.json")
+    parser.add_argument("--prefix", default="queues-", help="the result file's name before its time")
     args = parser.parse_args()
+    started = datetime.now(UTC)
     _recreate_database()
 
     import django
@@ -244,7 +285,10 @@ def main() -> None:
     paired = paired_throughput(
         args.pairs, lambda queue, tag: throughput(queue, args.runs, args.steps, args.threads, tag=tag)
     )
-    report: dict[str, Any] = {"throughput": paired}
+    from bench.conditions import machine, write_result
+    from bench.queues_celery import BROKER
+
+    report: dict[str, Any] = {"machine": machine(DB, BROKER, _code(), private=False), "throughput": paired}
     if args.celery:
         from bench import queues_celery
 
@@ -255,12 +299,14 @@ def main() -> None:
             report["throughput_celery"]["worker_concurrency"] = worker.concurrency
     off, on = statements("bq_free", args.count_steps), statements("bq_limited", args.count_steps)
     report |= {
+        "autovacuum": _setting("autovacuum"),
         "load": os.getloadavg(),
         "admission_latency": admission_latency(args.latency_steps, args.threads),
         "statements_per_step": {"no_limit": off, "limited": on, "extra": round(on["per_step"] - off["per_step"], 2)},
     }
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
+    sys.stderr.write(f"written to {write_result(args.out, args.prefix, started, report)}\n")
 
 
 if __name__ == "__main__":

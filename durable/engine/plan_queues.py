@@ -35,6 +35,8 @@ RATE_UNITS: dict[str, float] = {"s": 1.0, "m": 60.0, "h": 3600.0}
 # than this loses no start (the grants stay one interval apart), and a changed rate
 # applies to starts granted after it.
 RATE_LOOKAHEAD = timedelta(seconds=2)
+# The fewest granted, unstarted steps for which a step's result leaves its slot (QueueSeen.leaves_slot).
+LEAVE_SLOT_MIN = 2
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*([smh])\s*$")
 
 
@@ -178,6 +180,29 @@ class QueueSeen:
     # The row as locked was the row as of the read's snapshot: no admission and no write of
     # waiting steps committed in between (durable.store.queue_statements).
     fresh: bool = False
+    # Slots held by steps granted but not yet claimed by a worker (see leaves_slot).
+    unstarted: int = 0
+
+    def leaves_slot(self, plan: QueueAdmissionPlan) -> bool:
+        """May the result that read this leave its freed slot to a later result's admission?
+
+        Yes while at least a quarter of the queue's concurrency (and at least
+        :data:`LEAVE_SLOT_MIN`) is granted to steps no worker has started: the
+        workers are behind, so granting one more step now would only queue it
+        behind those. Each of them (and every running holder) frees its slot
+        with a result of its own, read after it finished, so after this result
+        committed unless both commits overlapped; the first result that sees
+        fewer waiting to start admits every free slot in one statement. A
+        holder that dies lapses, and the sweep admits what no result did (also
+        in the one case where every holder finished while this result
+        committed). So a busy queue is granted one statement per batch instead
+        of one per step, and a slot left so does not keep a worker waiting.
+        Never for a queue without a concurrency limit, nor a paused one.
+        """
+        limits = effective_limits(plan.defaults, self.overrides)
+        if limits.concurrency is None or self.paused:
+            return False
+        return self.unstarted >= max(LEAVE_SLOT_MIN, -(-limits.concurrency // 4))
 
     def nothing_waits(self, plan: QueueAdmissionPlan) -> bool:
         """Does this read prove that no step waits for the slot it saw freed?

@@ -151,7 +151,8 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
     statement's snapshot saw it (grants chosen from this read compare-and-set
     on it: a newer row, one whose grants the snapshot missed, refuses them); the row's
     version; the slots held by key as a JSON array of [key, count]; wanted
-    (the grants the concurrency leaves room for); then the candidate's id,
+    (the grants the concurrency leaves room for); unstarted (slots held by steps
+    granted but not yet claimed by a worker); then the candidate's id,
     run_id, seq, key, priority, enqueued_at, rank, served.
     """
     lock = " FOR UPDATE" if locked else " FOR SHARE" if result else ""
@@ -164,7 +165,9 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
     if result and not locked:
         mine = f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) "
     ctes += [
-        f"holders AS (SELECT c.{q('queue_key')} AS k, count(*) AS n FROM {CP_TABLE} c, {RUN_TABLE} r "
+        f"holders AS (SELECT c.{q('queue_key')} AS k, count(*) AS n, "
+        f"count(*) FILTER (WHERE c.{q('status')} = '{CheckpointStatus.PENDING}') AS u "
+        f"FROM {CP_TABLE} c, {RUN_TABLE} r "
         f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' AND c.{q('status')} IN {_OPEN} "
         f"AND c.{q('wake_at')} > %(now)s {mine}AND {_ACTIVE_RUN} GROUP BY c.{q('queue_key')})",
         f"room AS (SELECT GREATEST(LEAST(%(batch)s::integer, COALESCE(({_CONCURRENCY}) "
@@ -180,7 +183,8 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
         f"SELECT lk.{q('paused')}, lk.{q('overrides')}, lk.{q('rate_next_at')}, lk.v = (SELECT v FROM snap) AS fresh, "
         f"(SELECT v FROM snap)::text AS version, "
         f"(SELECT COALESCE(json_agg(json_build_array(k, n)), '[]') FROM holders) AS held, "
-        f"(SELECT wanted FROM room) AS wanted, cands.id, cands.run_id, cands.seq, cands.k, cands.priority, "
+        f"(SELECT wanted FROM room) AS wanted, (SELECT COALESCE(sum(u), 0) FROM holders) AS unstarted, "
+        f"cands.id, cands.run_id, cands.seq, cands.k, cands.priority, "
         f"cands.enqueued_at, cands.rank, served.at "
         f"FROM lk LEFT JOIN cands ON true LEFT JOIN served ON served.k IS NOT DISTINCT FROM cands.k"
     )

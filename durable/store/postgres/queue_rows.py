@@ -25,7 +25,7 @@ from durable.store.queue_statements import (
 )
 
 # The columns of a read's rows before its candidate's (see queue_statements.admit_read).
-READ_HEAD = 7
+READ_HEAD = 8
 
 
 def _json(value: Any) -> Any:
@@ -41,14 +41,15 @@ def read_params(plan: QueueAdmissionPlan, names: Sequence[str], **more: Any) -> 
 
 def to_seen(rows: Sequence[Sequence[Any]]) -> QueueSeen:
     """A :class:`QueueSeen` from the rows of an admission read (at least one)."""
-    paused, overrides, rate_next_at, fresh, version, held, wanted = rows[0][:READ_HEAD]
+    paused, overrides, rate_next_at, fresh, version, held, wanted, unstarted = rows[0][:READ_HEAD]
     candidates = tuple(
         Candidate(cp_id, run_id, seq, key, priority, enqueued_at, rank, served)
         for cp_id, run_id, seq, key, priority, enqueued_at, rank, served in (row[READ_HEAD:] for row in rows)
         if cp_id is not None
     )
     by_key = {key: n for key, n in _json(held)}
-    return QueueSeen(version, paused, _json(overrides) or {}, rate_next_at, by_key, wanted, candidates, bool(fresh))
+    overrides = _json(overrides) or {}
+    return QueueSeen(version, paused, overrides, rate_next_at, by_key, wanted, candidates, bool(fresh), int(unstarted))
 
 
 class PostgresQueues(PostgresBase, QueueRows):
