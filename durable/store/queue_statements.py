@@ -180,9 +180,11 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
         f"WHERE (SELECT count(*) FROM (SELECT DISTINCT k FROM cands) n) > 1)",
     ]
     select = (
-        f"SELECT lk.{q('paused')}, lk.{q('overrides')}, lk.{q('rate_next_at')}, lk.v = (SELECT v FROM snap) AS fresh, "
+        # The queue's columns repeat on every candidate's row: its JSON as text, decoded once (to_seen).
+        f"SELECT lk.{q('paused')}, lk.{q('overrides')}::text, lk.{q('rate_next_at')}, "
+        f"lk.v = (SELECT v FROM snap) AS fresh, "
         f"(SELECT v FROM snap)::text AS version, "
-        f"(SELECT COALESCE(json_agg(json_build_array(k, n)), '[]') FROM holders) AS held, "
+        f"(SELECT COALESCE(json_agg(json_build_array(k, n)), '[]') FROM holders)::text AS held, "
         f"(SELECT wanted FROM room) AS wanted, (SELECT COALESCE(sum(u), 0) FROM holders) AS unstarted, "
         f"cands.id, cands.run_id, cands.seq, cands.k, cands.priority, "
         f"cands.enqueued_at, cands.rank, served.at "
