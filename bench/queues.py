@@ -3,8 +3,13 @@
     python -m bench.queues                          # PostgreSQL database bench_queues, dropped and created again
     python -m bench.queues --runs 4 --steps 25 --latency-steps 40 --count-steps 20   # a quick try
 
-Three figures, each on a queue with a limit and on the same step routed to a
-queue with none:
+The report (JSON) goes to standard output and to ``--out``/``queues-<UTC
+time>.json`` (default ``bench/results``), with the machine, the versions, the
+commit latency at the start, the load at the end and the server's
+``autovacuum`` setting (each throughput measurement begins after a ``VACUUM
+(ANALYZE)`` of the engine's tables, outside the measured time). Three
+figures, each on a queue with a limit and on the same step routed to a queue
+with none:
 
 1. **Throughput**: ``--runs`` runs of ``--steps`` dispatched steps each (a
    ``ctx.gather`` fan-out), on the in-process transport with
@@ -282,13 +287,14 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     register()
-    paired = paired_throughput(
-        args.pairs, lambda queue, tag: throughput(queue, args.runs, args.steps, args.threads, tag=tag)
-    )
     from bench.conditions import machine, write_result
     from bench.queues_celery import BROKER
 
-    report: dict[str, Any] = {"machine": machine(DB, BROKER, _code(), private=False), "throughput": paired}
+    info = machine(DB, BROKER, _code(), private=False)  # before any measurement: the load at the start
+    paired = paired_throughput(
+        args.pairs, lambda queue, tag: throughput(queue, args.runs, args.steps, args.threads, tag=tag)
+    )
+    report: dict[str, Any] = {"machine": info, "throughput": paired}
     if args.celery:
         from bench import queues_celery
 
