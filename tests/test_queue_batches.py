@@ -9,11 +9,7 @@ first result that sees fewer grants every free slot in one statement.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 import pytest
-from django.db import connection
 from django.test import override_settings
 
 import durable
@@ -21,6 +17,7 @@ from durable.engine.plan_queues import QueueLimits, QueueSeen, plan_queue_admiss
 from durable.engine.vocab import Admission
 from durable.models import Checkpoint
 from durable.runtime import get_engine, now
+from tests.test_hot_path import _statements
 
 QUEUES = {"q_batch": {"concurrency": 8}}
 GRANT = "SET \"admission\" = 'admitted'"
@@ -34,16 +31,6 @@ def qb_work(i: int) -> int:
 @durable.workflow(name="qb_fan")
 def qb_fan(ctx, n):
     return ctx.gather(*(durable.call(qb_work, i) for i in range(n)))
-
-
-def _record(into: list[str]) -> Callable[..., Any]:
-    """A statement wrapper (``connection.execute_wrapper``) that keeps each statement's SQL in ``into``."""
-
-    def wrapper(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
-        into.append(sql)
-        return execute(sql, params, many, context)
-
-    return wrapper
 
 
 def _seen(
@@ -94,10 +81,9 @@ def test_results_grant_nothing_while_granted_steps_wait_then_one_statement_grant
         assert len(first) == 8
         grants_after: list[tuple[int, int]] = []
         for seq in first:
-            statements: list[str] = []
-            with connection.execute_wrapper(_record(statements)):
+            with _statements() as statements:
                 engine.execute_step(run_id, seq)  # as a worker runs the delivered message
-            grants_after.append((len(granted()), sum(GRANT in sql for sql in statements)))
+            grants_after.append((len(granted()), sum(GRANT in sql for sql, _ in statements)))
         # Results 1-6 leave 7, 6... 2 granted steps unstarted: no grant. The 7th sees one: it grants
         # the 4 steps still waiting (room for 7) in one statement; the 8th finds nothing waiting.
         assert grants_after == [(8, 0)] * 6 + [(12, 1), (12, 0)]

@@ -148,10 +148,11 @@ def after_result(engine: Engine, queue: str | None, read: AdmissionRead | None) 
     """
     if queue is None or not limited(engine, queue):
         return
-    if read is not None and read.seen is not None and read.seen.nothing_waits(read.plan):
-        return  # no statement: nothing waits that this slot could take (durable.store.queue_statements)
-    if read is not None and read.seen is not None and read.seen.leaves_slot(read.plan):
-        return  # no statement: later results admit in a batch (QueueSeen.leaves_slot)
+    if read is not None and read.seen is not None:
+        if read.seen.nothing_waits(read.plan):
+            return  # no statement: nothing waits that this slot could take (durable.store.queue_statements)
+        if read.seen.leaves_slot(read.plan):
+            return  # no statement: later results admit in a batch (QueueSeen.leaves_slot)
     if read is None or read.seen is None or not read.seen.candidates:
         admit_next(engine, [queue])
         return
