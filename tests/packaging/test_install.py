@@ -110,8 +110,20 @@ print("REPORT " + json.dumps(report))
 """
 
 
-def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+# An install into a new virtualenv resolves against the package index: on a loaded machine with
+# a slow index that alone has taken most of pytest's default 120 s, so these tests get their own.
+INSTALL_TIMEOUT = 900
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> str:
+    """Run ``cmd`` to completion; a failure, or a run past ``timeout`` seconds, fails with its output."""
+    try:
+        done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as expired:
+        out, err = (
+            x.decode(errors="replace") if isinstance(x, bytes) else (x or "") for x in (expired.stdout, expired.stderr)
+        )
+        pytest.fail(f"{cmd} still running after {timeout} s:\n{out}\n{err}")
     assert done.returncode == 0, f"{cmd} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
 
@@ -156,6 +168,7 @@ def test_the_wheel_holds_exactly_the_two_apps_with_their_files(wheel: Path) -> N
     assert not any(tool in line for line in requires for tool in ("pytest", "ruff", "mypy", "playwright"))
 
 
+@pytest.mark.timeout(INSTALL_TIMEOUT)
 def test_a_new_project_runs_a_workflow_from_the_installed_wheel(wheel: Path, tmp_path: Path) -> None:
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], cwd=tmp_path)

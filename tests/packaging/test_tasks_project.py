@@ -2,8 +2,10 @@
 
 The wheel is installed into a fresh Python 3.12 virtualenv with Django 6.1, in
 a new ``django-admin startproject`` whose only durable setting is ``TASKS``
-(plus ``DURABLE_TRANSPORT=manual`` on the web side, as the deployment docs say
-for web processes). A view enqueues a task; a ``durable_worker`` starts it and
+(plus ``DURABLE = {"TRANSPORT": "manual"}`` on the web side, as the deployment
+docs say for web processes: with the default ``inline`` transport the web
+process would run the task in its own threads and wait for it at exit). A view
+enqueues a task; a ``durable_worker`` starts it and
 is killed with SIGKILL mid-task; once its execution lease has run out (moved
 into the past here rather than waited for), the lost attempt counts as a failed
 one (the task has one retry), a second worker runs the task to completion, and
@@ -23,13 +25,17 @@ from pathlib import Path
 
 import pytest
 
-from tests.packaging.test_install import ROOT, _run, wheel  # noqa: F401  (the wheel fixture)
+from tests.packaging.test_install import INSTALL_TIMEOUT, ROOT, _run, wheel  # noqa: F401  (the wheel fixture)
 
 pytestmark = pytest.mark.slow
 
 SETTINGS_TAIL = """
+import os
+
 INSTALLED_APPS += ["durable", "mail"]
 TASKS = {"default": {"BACKEND": "durable.tasks_backend.DurableBackend", "OPTIONS": {"retries": 1}}}
+if os.environ.get("WEB_PROCESS"):
+    DURABLE = {"TRANSPORT": "manual"}
 """
 
 TASKS = """
@@ -123,6 +129,7 @@ def _wait(predicate: object, what: str, worker: subprocess.Popen[bytes], log: Pa
         time.sleep(0.05)
 
 
+@pytest.mark.timeout(INSTALL_TIMEOUT)
 def test_a_view_enqueues_a_task_that_survives_the_kill_of_its_worker(wheel: Path, tmp_path: Path) -> None:  # noqa: F811
     venv = tmp_path / "venv"
     _run([_python312(), "-m", "venv", str(venv)], cwd=tmp_path)
@@ -144,10 +151,13 @@ def test_a_view_enqueues_a_task_that_survives_the_kill_of_its_worker(wheel: Path
     (tmp_path / "script.py").write_text(SCRIPT)
     _run([python, "manage.py", "migrate", "--verbosity", "0"], cwd=tmp_path, env=env)
 
-    web = {**env, "DURABLE_TRANSPORT": "manual"}
+    web = {**env, "WEB_PROCESS": "1"}
     marker, release = tmp_path / "executions", tmp_path / "release"
-    enqueued = _out(_run([python, "script.py", "enqueue", str(marker), str(release)], cwd=tmp_path, env=web))
+    enqueued = _out(
+        _run([python, "script.py", "enqueue", str(marker), str(release)], cwd=tmp_path, env=web, timeout=120)
+    )
     assert isinstance(enqueued, dict) and enqueued["status"] == "READY"
+    assert _lines(marker) == 0  # the web process only wrote the run
     result_id = enqueued["id"]
 
     def worker(name: str) -> tuple[subprocess.Popen[bytes], Path]:
