@@ -22,7 +22,7 @@ from durable.engine.plan import plan_commit
 from durable.engine.ports import CheckpointRecord, CheckpointWrite, Outcome, TurnWrites
 from durable.engine.vocab import RUN_TOKEN, CheckpointKind, CheckpointStatus, RunStatus
 from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
-from durable.runtime import now
+from durable.runtime import get_engine, now
 from durable.store.statements import (
     PG_ACQUIRE,
     PG_CLAIM_STEP,
@@ -89,11 +89,9 @@ def _stale_statistics_then_rows() -> None:
 
 def _generic_plan(sql: str, params: list[Any]) -> dict[str, Any]:
     """The generic plan of ``sql`` prepared as the store prepares it (``%s`` are its parameters)."""
-    count = iter(range(1, len(params) + 1))
-    text = re.sub("%s", lambda _: f"${next(count)}", sql)
     with connection.cursor() as cursor:
         cursor.execute("DEALLOCATE ALL")
-        cursor.execute(f"PREPARE planned AS {text}")
+        cursor.execute(f"PREPARE planned AS {_numbered(sql)}")
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         placeholders = ", ".join(["%s"] * len(params))
         cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE planned({placeholders})", params)
@@ -101,6 +99,12 @@ def _generic_plan(sql: str, params: list[Any]) -> dict[str, Any]:
         cursor.execute("DEALLOCATE planned")
     found = plan if isinstance(plan, list) else json.loads(plan)
     return dict(found[0]["Plan"])
+
+
+def _numbered(sql: str) -> str:
+    """``sql`` with its ``%s`` numbered as a prepared statement's ``$n``."""
+    count = iter(range(1, sql.count("%s") + 1))
+    return re.sub("%s", lambda _: f"${next(count)}", sql)
 
 
 def _scans(node: dict[str, Any]) -> list[dict[str, Any]]:
@@ -194,3 +198,34 @@ def test_a_step_claim_finds_its_checkpoint_by_run_and_position_on_stale_statisti
     checkpoints = [n for n in _scans(plan) if n["Relation Name"] == "durable_checkpoint"]
     assert checkpoints and all("run_seq" in n.get("Index Name", "") for n in checkpoints), json.dumps(plan)
     assert _by_run_id(plan) == [], json.dumps(plan)
+
+
+def _runs_read_by_scans() -> int:
+    """Rows of the runs table read by whole-table scans so far in this transaction."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT seq_tup_read FROM pg_stat_xact_user_tables WHERE relname = 'durable_run'")
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.parametrize("namespaces", [None, frozenset({"default"})], ids=["every namespace", "scoped"])
+def test_a_page_claim_first_run_on_an_empty_table_reads_its_page_and_not_the_table(namespaces):
+    """A worker's claims first run on an empty table, then 20,000 sleepers fall due: a page reads a page.
+
+    A worker claims at every poll from its start, often on a new table. As
+    prepared statements, the claims kept for the life of the connection a
+    generic plan made on that empty table (no insert makes it plan again),
+    which scanned the whole table to pick each page and again to update it:
+    100,000 sleepers woken at once by two workers, the last 18 s late.
+    """
+    store = get_engine().store
+    at = now()
+    for _ in range(8):  # past the five custom plans after which a prepared statement may go generic
+        assert store.claim_due_runs("me", at, at, 100, namespaces=namespaces) == []
+    _suspended_runs()
+    Run.objects.update(wake_at=at - timedelta(seconds=1))
+    _series(Run, 200, id="'p' || i", workflow="'wf'", status=f"'{RunStatus.PENDING}'")
+    before = _runs_read_by_scans()
+    page = store.claim_due_runs("me", at, at + timedelta(seconds=30), 300, namespaces=namespaces)
+    assert len(page) == 300 and sum(run.id.startswith("p") for run in page) == 200
+    assert Run.objects.filter(status=RunStatus.RUNNING, locked_by="me").count() == 300
+    assert _runs_read_by_scans() - before == 0

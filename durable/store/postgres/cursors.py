@@ -1,8 +1,9 @@
 """Cursors for the PostgreSQL store's statements: Django's, or ones that prepare every statement.
 
 With ``PREPARED_STATEMENTS`` (on by default) each statement of
-:mod:`durable.store.statements` is parsed and planned once per connection;
-Django's own queries are never prepared. Both kinds of cursor go through
+:mod:`durable.store.statements` is parsed and planned once per connection,
+except those run through :meth:`Cursors.execute_planned` (the claims of due
+runs), planned at every call; Django's own queries are never prepared. Both kinds of cursor go through
 Django's cursor wrapper, so ``execute_wrapper`` hooks, query logging and
 error translation see these statements as any other.
 """
@@ -48,7 +49,8 @@ class Cursors:
             self._preparing = PreparingCursor
         return self._preparing
 
-    def cursor(self) -> Any:
+    def cursor(self, *, prepare: bool = True) -> Any:
+        """A cursor that prepares what it runs, or with ``prepare=False`` one that binds on the server only."""
         if not conf.get().prepared_statements:
             return connection.cursor()
         connection.close_if_health_check_failed()
@@ -57,12 +59,31 @@ class Cursors:
         raw: Any = connection.connection
         if raw.prepare_threshold is None:
             raw.prepare_threshold = _EXPLICIT_ONLY
-        cursor = self._preparing_class()(raw)
+        if prepare:
+            cursor = self._preparing_class()(raw)
+        else:
+            from django.db.backends.postgresql import base
+
+            binding: Any = base.ServerBindingCursor
+            cursor = binding(raw)
         return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
 
     def execute(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         """Run one statement; its rows (none for a statement that returns nothing)."""
         with self.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
+
+    def execute_planned(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        """Run one statement planned for this call's parameters and the table as it is now.
+
+        For a statement whose best plan depends on how many rows a table holds
+        when it runs: a prepared statement keeps, for the life of its
+        connection, a generic plan made from the table it first met (often a
+        new, empty one), and no insert makes it plan again. Planning costs
+        a fraction of a millisecond, worth it for a statement run once per page.
+        """
+        with self.cursor(prepare=False) as cursor:
             cursor.execute(sql, params)
             return cursor.fetchall() if cursor.description else []
 

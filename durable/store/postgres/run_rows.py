@@ -60,5 +60,6 @@ class PostgresRuns(PostgresBase, RunRows, RunReads, HistoryRows, DueWork):
         else:
             sql, among = (PG_CLAIM_PENDING_PAGE_SCOPED if pending else PG_CLAIM_DUE_PAGE_SCOPED), [scope]
         return [
-            to_run(row) for row in self._execute(sql, claim_page_params(due, limit, owner, now, lease_until, among))
+            to_run(row)
+            for row in self._cursors.execute_planned(sql, claim_page_params(due, limit, owner, now, lease_until, among))
         ]
