@@ -33,8 +33,8 @@ def _claim_page(pending: bool, postgres: bool, scoped: int = 0) -> str:
         # The claimed rows are found by primary key, and the recheck is written so that no
         # index can serve it: with an index path on the due columns, a plan made without
         # statistics (a new table, a generic plan) rescans every due run for each picked one.
-        # The store plans these claims at every call (a plan kept from the worker's first,
-        # empty table scanned the whole table twice per page).
+        # The store plans these claims at every call, on the index alone (see
+        # ``Cursors.execute_by_index``).
         recheck = f"COALESCE({status}, '') = %s" + ("" if pending else f" AND COALESCE({wake_at}, 'infinity') <= %s")
         picked = f"WHERE {run_id} = ANY(ARRAY(SELECT {q('claim_id')} FROM {q('picked')})) AND {recheck}"
     else:

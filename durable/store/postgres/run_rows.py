@@ -61,5 +61,7 @@ class PostgresRuns(PostgresBase, RunRows, RunReads, HistoryRows, DueWork):
             sql, among = (PG_CLAIM_PENDING_PAGE_SCOPED if pending else PG_CLAIM_DUE_PAGE_SCOPED), [scope]
         return [
             to_run(row)
-            for row in self._cursors.execute_planned(sql, claim_page_params(due, limit, owner, now, lease_until, among))
+            for row in self._cursors.execute_by_index(
+                sql, claim_page_params(due, limit, owner, now, lease_until, among)
+            )
         ]
