@@ -129,8 +129,8 @@ def _wait(predicate: object, what: str, worker: subprocess.Popen[bytes], log: Pa
         time.sleep(0.05)
 
 
-@pytest.mark.timeout(INSTALL_TIMEOUT)
-def test_a_view_enqueues_a_task_that_survives_the_kill_of_its_worker(wheel: Path, tmp_path: Path) -> None:  # noqa: F811
+def _project(built: Path, tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """The wheel in a new Python 3.12 virtualenv, a new project migrated in ``tmp_path``; its python and env."""
     venv = tmp_path / "venv"
     _run([_python312(), "-m", "venv", str(venv)], cwd=tmp_path)
     python = str(venv / "bin" / "python")
@@ -138,7 +138,7 @@ def test_a_view_enqueues_a_task_that_survives_the_kill_of_its_worker(wheel: Path
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("\n".join(re.sub(r"\[.*?\]", "", p) for p in pins if p and not p.startswith("Django==")))
     pip = [python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check"]
-    _run([*pip, str(wheel), "Django~=6.1.0", "-c", str(constraints)], cwd=tmp_path)
+    _run([*pip, str(built), "Django~=6.1.0", "-c", str(constraints)], cwd=tmp_path)
 
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "DJANGO_SETTINGS_MODULE", "DATABASE_URL")}
     _run([str(venv / "bin" / "django-admin"), "startproject", "mysite", "."], cwd=tmp_path, env=env)
@@ -150,7 +150,12 @@ def test_a_view_enqueues_a_task_that_survives_the_kill_of_its_worker(wheel: Path
     (tmp_path / "mysite" / "urls.py").write_text(URLS)
     (tmp_path / "script.py").write_text(SCRIPT)
     _run([python, "manage.py", "migrate", "--verbosity", "0"], cwd=tmp_path, env=env)
+    return python, env
 
+
+@pytest.mark.timeout(INSTALL_TIMEOUT)
+def test_a_view_enqueues_a_task_that_survives_the_kill_of_its_worker(wheel: Path, tmp_path: Path) -> None:  # noqa: F811
+    python, env = _project(wheel, tmp_path)
     web = {**env, "WEB_PROCESS": "1"}
     marker, release = tmp_path / "executions", tmp_path / "release"
     enqueued = _out(
