@@ -105,6 +105,14 @@ class Run(models.Model):
         indexes = [
             # due timers / wakes, and pending runs to pick up
             models.Index(fields=["status", "wake_at"], name="durable_run_status_wake"),
+            # pending runs in the order a worker claims them (highest priority, oldest first), so
+            # a page claim walks the index and stops at its page instead of sorting every pending
+            # run; only pending rows enter it, so a run's later writes do not maintain it
+            models.Index(
+                fields=["-priority", "created_at"],
+                name="durable_run_pending",
+                condition=models.Q(status=RunStatus.PENDING),
+            ),
             # orphans: running with an expired lease (only running rows: a turn's other writes skip it)
             models.Index(
                 fields=["locked_until"],

@@ -238,3 +238,30 @@ def test_a_page_claim_first_run_on_an_empty_table_reads_its_page_and_not_the_tab
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('enable_seqscan'), current_setting('enable_bitmapscan')")
         assert cursor.fetchone() == ("on", "on")
+
+
+def test_a_pending_claim_among_a_backlog_walks_its_index_in_claim_order():
+    """20,000 pending runs (a backlog started while no worker ran): a page of 100 reads about 100 rows.
+
+    Highest priority first, oldest first within a priority, as ``due_runs`` orders them; without
+    an index in that order the claim sorted every pending run for each page.
+    """
+    store = get_engine().store
+    at = now()
+    for _ in range(8):
+        assert store.claim_due_runs("me", at, at, 100) == []
+    _series(
+        Run,
+        SUSPENDED,
+        id="'p' || i",
+        workflow="'wf'",
+        status=f"'{RunStatus.PENDING}'",
+        priority="mod(i, 3)",
+        created_at="now() - i * interval '1 second'",
+    )
+    expected = list(Run.objects.filter(status=RunStatus.PENDING).order_by("-priority", "created_at")[:100])
+    seq, fetched = _runs_read()
+    page = store.claim_due_runs("me", at, at + timedelta(seconds=30), 100)
+    read = tuple(after - earlier for after, earlier in zip(_runs_read(), (seq, fetched)))
+    assert [run.id for run in page] == [run.id for run in expected]
+    assert read[0] == 0 and read[1] < 1_000, read
