@@ -34,7 +34,7 @@ def _claim_page(pending: bool, postgres: bool, scoped: int = 0) -> str:
         # index can serve it: with an index path on the due columns, a plan made without
         # statistics (a new table, a generic plan) rescans every due run for each picked one.
         # The store plans these claims at every call, on the index alone (see
-        # ``Cursors.execute_by_index``).
+        # ``Cursors.by_index``).
         recheck = f"COALESCE({status}, '') = %s" + ("" if pending else f" AND COALESCE({wake_at}, 'infinity') <= %s")
         picked = f"WHERE {run_id} = ANY(ARRAY(SELECT {q('claim_id')} FROM {q('picked')})) AND {recheck}"
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager, nullcontext
 from datetime import datetime
 from typing import Any
 
@@ -56,10 +57,15 @@ class DueWork(StoreBase):
         chosen: the others are never leased, not even briefly.
         """
         scope = sorted(namespaces) if namespaces is not None else None
-        claimed = self._claim(owner, now, lease_until, limit, pending=True, scope=scope)
-        if len(claimed) < limit:
-            claimed += self._claim(owner, now, lease_until, limit - len(claimed), pending=False, scope=scope)
+        with self._claiming():
+            claimed = self._claim(owner, now, lease_until, limit, pending=True, scope=scope)
+            if len(claimed) < limit:
+                claimed += self._claim(owner, now, lease_until, limit - len(claimed), pending=False, scope=scope)
         return claimed
+
+    def _claiming(self) -> AbstractContextManager[None]:
+        """What a page claim's statements run in (PostgreSQL: :meth:`Cursors.by_index`); here nothing."""
+        return nullcontext()
 
     def _claim(
         self, owner: str, now: datetime, lease_until: datetime, limit: int, *, pending: bool, scope: list[str] | None

@@ -2,14 +2,16 @@
 
 With ``PREPARED_STATEMENTS`` (on by default) each statement of
 :mod:`durable.store.statements` is parsed and planned once per connection,
-except those run through :meth:`Cursors.execute_by_index` (the claims of
-due runs), planned at every call; Django's own queries are never prepared. Both kinds of cursor go through
+except the claims of due runs, planned at every call (:meth:`Cursors.by_index`);
+Django's own queries are never prepared. Both kinds of cursor go through
 Django's cursor wrapper, so ``execute_wrapper`` hooks, query logging and
 error translation see these statements as any other.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from django.db import connection, transaction
@@ -84,29 +86,34 @@ class Cursors:
             cursor.execute(sql, params)
             return cursor.fetchall() if cursor.description else []
 
-    def execute_by_index(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        """Run one statement planned now, with whole-table scans, bitmap scans and sorts priced out.
+    @contextmanager
+    def by_index(self) -> Iterator[None]:
+        """A transaction whose statements are planned with whole-table scans, bitmap scans and sorts priced out.
 
-        For a page claim (``ORDER BY ... LIMIT ... FOR UPDATE SKIP LOCKED``):
-        its one good plan walks an index in order and stops at the page's
+        For page claims (``ORDER BY ... LIMIT ... FOR UPDATE SKIP LOCKED``):
+        their one good plan walks an index in order and stops at the page's
         end, whatever the table holds. Priced from statistics that predate
         the rows (a new table, or autovacuum off or late), the planner took a
         bitmap scan of every due run and a sort, or a scan of the whole
-        table, once per page. The planner settings are changed for this
-        statement's transaction only (restored before it returns when the
-        caller's transaction goes on), and the statement is planned at this
-        call rather than prepared: a prepared statement's plan lasts the
-        connection's life. Three round trips more than :meth:`execute`.
+        table, once per page. The settings are changed for this transaction
+        only, and restored on leaving when the caller's transaction goes on.
+        Run the statements with :meth:`execute_unprepared`: a prepared
+        statement's plan would last the connection's life. Costs three round
+        trips (the begin, the settings, the commit).
         """
         nested = connection.in_atomic_block
         with transaction.atomic(savepoint=False), self.cursor(prepare=False) as cursor:
             cursor.execute(_BY_INDEX)
             before = cursor.fetchone()
-            cursor.execute(sql, params)
-            rows: list[tuple[Any, ...]] = cursor.fetchall() if cursor.description else []
+            yield
             if nested:
                 cursor.execute(_RESTORE, list(before[: len(_PRICED_OUT)]))
-            return rows
+
+    def execute_unprepared(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        """Run one statement planned for this call's parameters and the tables as they are now."""
+        with self.cursor(prepare=False) as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchall() if cursor.description else []
 
     def history(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         """Run a history read; its rows, timestamps parsed by psycopg's own loader.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import Any
 
@@ -59,9 +60,9 @@ class PostgresRuns(PostgresBase, RunRows, RunReads, HistoryRows, DueWork):
             sql, among = (PG_CLAIM_PENDING_PAGE if pending else PG_CLAIM_DUE_PAGE), []
         else:
             sql, among = (PG_CLAIM_PENDING_PAGE_SCOPED if pending else PG_CLAIM_DUE_PAGE_SCOPED), [scope]
-        return [
-            to_run(row)
-            for row in self._cursors.execute_by_index(
-                sql, claim_page_params(due, limit, owner, now, lease_until, among)
-            )
-        ]
+        params = claim_page_params(due, limit, owner, now, lease_until, among)
+        return [to_run(row) for row in self._cursors.execute_unprepared(sql, params)]
+
+    def _claiming(self) -> AbstractContextManager[None]:
+        """The page claims of one call, in one transaction planned on their indexes (see ``Cursors.by_index``)."""
+        return self._cursors.by_index()
