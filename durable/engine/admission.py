@@ -32,7 +32,13 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
-from durable.engine.plan_queues import AdmissionRead, QueueAdmissionPlan, QueueAdmitted, plan_queue_admission
+from durable.engine.plan_queues import (
+    AdmissionRead,
+    QueueAdmissionPlan,
+    QueueAdmitted,
+    leave_threshold,
+    plan_queue_admission,
+)
 
 if TYPE_CHECKING:
     from durable.engine.core import Engine
@@ -103,9 +109,15 @@ def admit(engine: Engine, queue: str, read: AdmissionRead | None = None) -> Queu
     plan = _plan(engine, queue)
     now = plan.now
     admitted = engine.store.admit_steps(plan, read.seen if read is not None else None)
+    here = engine.grants_here
     for grant in admitted.grants:
         delay = max((grant.start - now).total_seconds(), 0.0)
-        engine.transport.dispatch_step(grant.run_id, grant.seq, queue, delay=delay)
+        if delay > 0:
+            engine.transport.dispatch_step(grant.run_id, grant.seq, queue, delay=delay)
+            continue
+        here.add(queue, grant.run_id, grant.seq, grant.until)  # before it is queued: it may begin at once
+        if not engine.transport.dispatch_step(grant.run_id, grant.seq, queue):
+            here.begin(grant.run_id, grant.seq)  # not queued on this process's threads
     return admitted
 
 
@@ -130,9 +142,26 @@ def read_request(engine: Engine, queue: str | None) -> AdmissionRead | None:
     Nothing for a queue without limits, or while this process admits that
     queue already (the request will be left to that pass, which reads anew).
     """
-    if queue is None or not limited(engine, queue) or engine.admitters.busy(queue):
+    if queue is None or not limited(engine, queue) or engine.admitters.busy(queue) or _leave_here(engine, queue):
         return None
     return AdmissionRead(_plan(engine, queue))
+
+
+def _leave_here(engine: Engine, queue: str) -> bool:
+    """Do enough granted steps of ``queue`` wait to begin on this process's threads to leave a freed slot?
+
+    The same rule as :meth:`~durable.engine.plan_queues.QueueSeen.leaves_slot`
+    (a quarter of the concurrency), counted here without a read
+    (:mod:`durable.engine.grants_here`): each of those steps ends in a result
+    of this process that asks for the next admission after it, and the last
+    of them finds fewer queued and admits every free slot. The settings'
+    concurrency is the measure (a stored override only moves when batches
+    are granted, never whether one is); never for a queue without one.
+    """
+    concurrency = engine.settings.queues[queue].concurrency
+    if concurrency is None:
+        return False
+    return engine.grants_here.queued(queue, engine.clock.now()) >= leave_threshold(concurrency)
 
 
 def after_result(engine: Engine, queue: str | None, read: AdmissionRead | None) -> None:
@@ -148,6 +177,8 @@ def after_result(engine: Engine, queue: str | None, read: AdmissionRead | None) 
     """
     if queue is None or not limited(engine, queue):
         return
+    if (read is None or read.seen is None) and _leave_here(engine, queue):
+        return  # no statement: a step queued here admits after its own result (_leave_here)
     if read is not None and read.seen is not None:
         if read.seen.nothing_waits(read.plan):
             return  # no statement: nothing waits that this slot could take (durable.store.queue_statements)

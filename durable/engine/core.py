@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from durable.engine import admission, execution, logs, turn
 from durable.engine.clock import Clock
 from durable.engine.faults import NO_FAULTS, StepFaults
+from durable.engine.grants_here import GrantsHere
 from durable.engine.history_cache import HistoryCache
 from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
@@ -126,6 +127,8 @@ class Engine:
         self.stats = EngineStats()
         # Write-triggered admission passes of limited queues, one per queue at a time here.
         self.admitters = admission.Admitters()
+        # Granted steps queued on this process's threads, not begun (durable.engine.grants_here).
+        self.grants_here = GrantsHere()
 
     def run_turn(
         self,

@@ -41,6 +41,7 @@ def execute_step(
 
     ``trace``: the trace context its dispatch carried (else the run's own).
     """
+    engine.grants_here.begin(run_id, seq)
     store = engine.store
     now = engine.clock.now()
     lease = timedelta(seconds=engine.settings.step_execution_lease)

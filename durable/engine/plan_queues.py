@@ -74,6 +74,15 @@ def _positive(value: Any, where: str, name: str) -> int | None:
     return value
 
 
+def leave_threshold(concurrency: int) -> int:
+    """The fewest granted, unstarted steps of a queue of ``concurrency`` for which a result leaves its slot.
+
+    A quarter of the slots, rounded up, and never fewer than :data:`LEAVE_SLOT_MIN`
+    (:meth:`QueueSeen.leaves_slot`, :class:`~durable.engine.grants_here.GrantsHere`).
+    """
+    return max(LEAVE_SLOT_MIN, -(-concurrency // 4))
+
+
 @dataclass(frozen=True)
 class QueueLimits:
     """A queue's limits (None: that limit is off). See ``DURABLE["QUEUES"]``."""
@@ -202,7 +211,7 @@ class QueueSeen:
         limits = effective_limits(plan.defaults, self.overrides)
         if limits.concurrency is None or self.paused:
             return False
-        return self.unstarted >= max(LEAVE_SLOT_MIN, -(-limits.concurrency // 4))
+        return self.unstarted >= leave_threshold(limits.concurrency)
 
     def nothing_waits(self, plan: QueueAdmissionPlan) -> bool:
         """Does this read prove that no step waits for the slot it saw freed?

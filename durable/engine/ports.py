@@ -310,9 +310,17 @@ class Transport(Protocol):
     """
 
     def dispatch_turn(self, run_id: str, *, delay: float = 0.0, namespace: str | None = None) -> None: ...
+
     def dispatch_step(
         self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0, namespace: str | None = None
-    ) -> None: ...
+    ) -> bool | None:
+        """Send step ``seq`` of ``run_id`` to whoever runs ``queue``'s steps.
+
+        True only when the step was queued on this process's own threads to
+        begin without a delay (admission then knows a result of this process
+        follows it: :mod:`durable.engine.grants_here`); anything else says nothing.
+        """
+        ...
 
     def takes_leased_runs(self) -> bool:
         """True when :meth:`run_leased` runs a turn in this process at once.

@@ -49,7 +49,7 @@ class Turn:
         self.step_seqs: list[int] = []
         self._wakes: list[datetime] = []
         self._event_wait = False
-        self._after_commit: list[Callable[[], None]] = []
+        self._after_commit: list[Callable[[], object]] = []
         # Set once by the lease keeper's thread and only read here: a plain flag is enough (an
         # attribute store is atomic), and a turn is built for every run woken.
         self._lost = False
@@ -104,7 +104,7 @@ class Turn:
     def discard(self, seq: int) -> None:
         self.writes.checkpoints = [w for w in self.writes.checkpoints if w.record.seq != seq]
 
-    def after_commit(self, fn: Callable[[], None]) -> None:
+    def after_commit(self, fn: Callable[[], object]) -> None:
         self._after_commit.append(fn)
 
     def create_run(self, fields: dict[str, Any]) -> None:
@@ -145,7 +145,7 @@ class Turn:
         with self.engine.observer.activate(self.span):
             self._run_callbacks(callbacks)
 
-    def _run_callbacks(self, callbacks: list[Callable[[], None]]) -> None:
+    def _run_callbacks(self, callbacks: list[Callable[[], object]]) -> None:
         for fn in callbacks:
             try:
                 fn()

@@ -78,10 +78,10 @@ class InlineTransport(Transport):
 
     def dispatch_step(
         self, run_id: str, seq: int, queue: str | None, *, delay: float = 0.0, namespace: str | None = None
-    ) -> None:
+    ) -> bool:
         if not serves(self._get_engine().capabilities, queue) or not self._serves(run_id, namespace):
-            return  # a capability this process lacks, or another namespace's: its worker takes it from the table
-        self._submit(lambda: self._get_engine().execute_step(run_id, seq), delay)
+            return False  # a capability this process lacks, or another namespace's: its worker takes it from the table
+        return self._submit(lambda: self._get_engine().execute_step(run_id, seq), delay) and delay <= 0
 
     def _serves(self, run_id: str, namespace: str | None) -> bool:
         """Whether this process runs ``run_id``'s work (scoped: only its namespaces'; the row is read if needed)."""
@@ -91,9 +91,10 @@ class InlineTransport(Transport):
         found = self._namespaces.of(run_id, namespace)
         return found is not None and found in scoped
 
-    def _submit(self, job: Callable[[], Any], delay: float) -> None:
+    def _submit(self, job: Callable[[], Any], delay: float) -> bool:
+        """Queue ``job`` (after ``delay``); whether it was queued here (else the worker loop finds the work)."""
         if self._closed:
-            return
+            return False
         if delay <= 0:
             try:
                 self._pool.submit(self._run, job)
@@ -101,13 +102,17 @@ class InlineTransport(Transport):
                 # The interpreter is exiting (a management command ends): the work is in the
                 # database and the next worker loop picks it up.
                 logger.debug("in-process pool closed; leaving the job to the worker loop")
-        elif delay <= MAX_SCHEDULED_DELAY:
-            with self._cond:
-                heapq.heappush(self._heap, (time.monotonic() + delay, next(self._ids), job))
-                if self._timer is None:
-                    self._timer = threading.Thread(target=self._schedule_loop, name="durable-timer", daemon=True)
-                    self._timer.start()
-                self._cond.notify()
+                return False
+            return True
+        if delay > MAX_SCHEDULED_DELAY:
+            return False
+        with self._cond:
+            heapq.heappush(self._heap, (time.monotonic() + delay, next(self._ids), job))
+            if self._timer is None:
+                self._timer = threading.Thread(target=self._schedule_loop, name="durable-timer", daemon=True)
+                self._timer.start()
+            self._cond.notify()
+        return True
 
     @staticmethod
     def _run(job: Callable[[], Any]) -> None:

@@ -55,7 +55,7 @@ class TurnPort(Protocol):
     def flush(self) -> None:
         """Commit the deferred writes now (renewing the lease in the same statement)."""
 
-    def after_commit(self, fn: Callable[[], None]) -> None:
+    def after_commit(self, fn: Callable[[], object]) -> None:
         """Run ``fn`` once the writes deferred so far committed (a dispatch)."""
 
     def create_run(self, fields: dict[str, Any]) -> None:
