@@ -108,6 +108,22 @@ _CONCURRENCY = (
 
 _NAMED = re.compile(r"%\((\w+)\)s")
 
+# A step result's short read: when at least the leave threshold (a quarter of the concurrency in
+# force, at least %(leave_min)s) of the queue's slots are granted to steps no worker has started,
+# the result leaves its slot (QueueSeen.leaves_slot) whatever else the read would find, so the
+# read stops at that many such steps instead of counting every holder and reading the backlog.
+# The steps counted are those the full read counts as unstarted (admitted, pending, in their
+# admission lease, of an active run); a queue without a concurrency limit, or paused, never reads short.
+_LEAVING = [
+    f"leave AS (SELECT GREATEST(%(leave_min)s::integer, (({_CONCURRENCY}) + 3) / 4) AS n FROM lk "
+    f"WHERE NOT lk.{q('paused')} AND ({_CONCURRENCY}) IS NOT NULL)",
+    f"ahead AS (SELECT count(*) AS u FROM (SELECT 1 FROM {CP_TABLE} c, {RUN_TABLE} r "
+    f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' "
+    f"AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND c.{q('wake_at')} > %(now)s AND {_ACTIVE_RUN} "
+    f"AND EXISTS (SELECT 1 FROM leave) LIMIT (SELECT n FROM leave)) x)",
+    "short AS (SELECT COALESCE((SELECT u FROM ahead) >= (SELECT n FROM leave), false) AS s)",
+]
+
 
 # The candidates of an admission read (after its ``lk`` and ``room``): the CTEs grp and cands.
 _CANDIDATES = (
@@ -161,17 +177,21 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
         f"FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s{lock})",
         f"snap AS (SELECT xmin AS v FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s)",
     ]
-    mine = ""
+    mine, full, unstarted = "", "", "(SELECT COALESCE(sum(u), 0) FROM holders)"
     if result and not locked:
         mine = f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) "
+        ctes += _LEAVING
+        full = "AND NOT (SELECT s FROM short) "
+        unstarted = f"CASE WHEN (SELECT s FROM short) THEN (SELECT u FROM ahead) ELSE {unstarted} END"
     ctes += [
         f"holders AS (SELECT c.{q('queue_key')} AS k, count(*) AS n, "
         f"count(*) FILTER (WHERE c.{q('status')} = '{CheckpointStatus.PENDING}') AS u "
         f"FROM {CP_TABLE} c, {RUN_TABLE} r "
         f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' AND c.{q('status')} IN {_OPEN} "
-        f"AND c.{q('wake_at')} > %(now)s {mine}AND {_ACTIVE_RUN} GROUP BY c.{q('queue_key')})",
+        f"AND c.{q('wake_at')} > %(now)s {mine}AND {_ACTIVE_RUN} {full}GROUP BY c.{q('queue_key')})",
         f"room AS (SELECT GREATEST(LEAST(%(batch)s::integer, COALESCE(({_CONCURRENCY}) "
-        f"- (SELECT COALESCE(sum(n), 0) FROM holders), %(batch)s::integer)), 0) AS wanted FROM lk)",
+        f"- (SELECT COALESCE(sum(n), 0) FROM holders), %(batch)s::integer)), 0) "
+        f"* (CASE WHEN {'(SELECT s FROM short)' if full else 'false'} THEN 0 ELSE 1 END) AS wanted FROM lk)",
         *_CANDIDATES,
         # When each candidate's key was last admitted, needed only to take turns between keys:
         # one probe per key of the served index (its newest admission), not the queue's history.
@@ -185,7 +205,7 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
         f"lk.v = (SELECT v FROM snap) AS fresh, "
         f"(SELECT v FROM snap)::text AS version, "
         f"(SELECT COALESCE(json_agg(json_build_array(k, n)), '[]') FROM holders)::text AS held, "
-        f"(SELECT wanted FROM room) AS wanted, (SELECT COALESCE(sum(u), 0) FROM holders) AS unstarted, "
+        f"(SELECT wanted FROM room) AS wanted, {unstarted} AS unstarted, "
         f"cands.id, cands.run_id, cands.seq, cands.k, cands.priority, "
         f"cands.enqueued_at, cands.rank, served.at "
         f"FROM lk LEFT JOIN cands ON true LEFT JOIN served ON served.k IS NOT DISTINCT FROM cands.k"

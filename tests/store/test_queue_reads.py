@@ -206,10 +206,11 @@ def test_a_results_read_overtaken_by_a_grant_admits_from_a_fresh_read_without_th
 
     enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 7)))
     assert admit(store, 5, concurrency=3) == [("r1", 1), ("r1", 2), ("r1", 3)]
+    for seq in (2, 3):  # started: a read with two granted steps not started would read short
+        assert store.claim_step("r1", seq, OWNER, at(6), at(66)) is not None
     read = _finish_reading(store, 1, 6, concurrency=3)
     assert read.seen is not None and [c.seq for c in read.seen.candidates] == [4]
     for seq in (2, 3):
-        assert store.claim_step("r1", seq, OWNER, at(6), at(66)) is not None
         store.finish_step("r1", seq, at(6), output=seq)
     assert admit(store, 7, batch=1, concurrency=3) == [("r1", 4)]  # another admitter, after the read
     executed: list[str] = []

@@ -12,7 +12,14 @@ from typing import Any
 
 from django.db import transaction
 
-from durable.engine.plan_queues import Candidate, QueueAdmissionPlan, QueueAdmitted, QueueSeen, effective_limits
+from durable.engine.plan_queues import (
+    LEAVE_SLOT_MIN,
+    Candidate,
+    QueueAdmissionPlan,
+    QueueAdmitted,
+    QueueSeen,
+    effective_limits,
+)
 from durable.models import Queue
 from durable.store.portable.queue_rows import QueueRows
 from durable.store.postgres.base import PostgresBase
@@ -35,6 +42,7 @@ def _json(value: Any) -> Any:
 def read_params(plan: QueueAdmissionPlan, names: Sequence[str], **more: Any) -> list[Any]:
     """The parameters of an admission read for ``plan``, in the order ``names`` gives."""
     values = {"queue": plan.queue, "now": plan.now, "active": list(plan.run_statuses), "batch": plan.batch}
+    values["leave_min"] = LEAVE_SLOT_MIN
     values.update(concurrency=plan.defaults.concurrency, **more)
     return [values[name] for name in names]
 

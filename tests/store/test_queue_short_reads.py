@@ -1,0 +1,95 @@
+"""The PostgreSQL store's short queue read in a step result.
+
+While at least the leave threshold (a quarter of the concurrency in force,
+at least ``LEAVE_SLOT_MIN``) of a queue's slots are granted to steps no
+worker has started, a result leaves its freed slot to a later result
+(``QueueSeen.leaves_slot``). Its statement then stops counting at that many
+such steps and reads neither the other holders nor the backlog: these tests
+check that the short read says exactly what the decision needs, that it is
+taken only when the decision is to leave, and that a full read is what a
+result gets otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from durable.engine.plan_queues import leave_threshold
+from durable.store import factory
+from tests.store.conftest import OWNER, at
+from tests.store.test_queues import _finish_reading, admit, enqueue, waiting
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def store() -> Any:
+    if connection.vendor != "postgresql":
+        pytest.fail("these tests need PostgreSQL: set DATABASE_URL=postgres://...")
+    return factory.for_connection(connection)
+
+
+def _granted(store: Any, concurrency: int, started: int) -> None:
+    """20 steps waiting in queue q, ``concurrency`` of them granted, ``started`` of those after the first claimed.
+
+    The first is the step whose result reads (``_finish_reading`` claims it).
+    """
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 21)))
+    assert len(admit(store, 5, concurrency=concurrency)) == concurrency
+    for seq in range(2, started + 2):
+        assert store.claim_step("r1", seq, OWNER, at(5), at(65)) is not None
+
+
+def test_a_result_with_enough_granted_steps_not_started_reads_short_and_leaves_its_slot(store: Any) -> None:
+    _granted(store, concurrency=12, started=0)  # 11 granted and not started; the threshold is 3
+    read = _finish_reading(store, 1, 6, concurrency=12)
+    assert read.seen is not None
+    assert read.seen.unstarted == leave_threshold(12) == 3  # counted up to the threshold, no further
+    assert (read.seen.candidates, read.seen.wanted, dict(read.seen.held_by_key)) == ((), 0, {})
+    assert read.seen.leaves_slot(read.plan)
+    assert not read.seen.nothing_waits(read.plan)  # never taken for "nothing waits"
+
+
+def test_below_the_threshold_a_result_reads_every_holder_and_the_backlog(store: Any) -> None:
+    _granted(store, concurrency=12, started=9)  # 2 granted and not started, under the threshold of 3
+    read = _finish_reading(store, 1, 6, concurrency=12)
+    assert read.seen is not None
+    assert (read.seen.unstarted, dict(read.seen.held_by_key), read.seen.wanted) == (2, {None: 11}, 1)
+    assert [c.seq for c in read.seen.candidates] == [13]
+    assert not read.seen.leaves_slot(read.plan)
+
+
+def test_the_threshold_follows_a_stored_concurrency_override(store: Any) -> None:
+    _granted(store, concurrency=4, started=0)  # 3 granted and not started
+    store.configure_queue("q", at(5), overrides={"concurrency": 4})  # in force: 4, threshold 2
+    read = _finish_reading(store, 1, 6, concurrency=40)  # the settings' 40 would make it 10
+    assert read.seen is not None
+    assert read.seen.unstarted == leave_threshold(4) == 2
+    assert read.seen.leaves_slot(read.plan)
+    store.configure_queue("q", at(7), overrides={"concurrency": None})  # the limit turned off: never short
+    read = _finish_reading(store, 2, 8, concurrency=40)
+    assert read.seen is not None and read.seen.unstarted == 2  # 3 and 4, all of them counted
+    assert not read.seen.leaves_slot(read.plan)
+
+
+def test_a_paused_queue_is_read_in_full(store: Any) -> None:
+    _granted(store, concurrency=12, started=0)
+    store.configure_queue("q", at(5), paused=True)
+    read = _finish_reading(store, 1, 6, concurrency=12)
+    assert read.seen is not None and read.seen.paused
+    assert (read.seen.unstarted, dict(read.seen.held_by_key)) == (11, {None: 11})  # not stopped at 3
+    assert not read.seen.leaves_slot(read.plan)
+
+
+def test_steps_granted_to_a_run_that_is_over_do_not_count_as_waiting_to_start(store: Any) -> None:
+    enqueue(store, "r2", *(waiting(seq, arrived=seq / 10) for seq in range(1, 4)))  # first in line
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 6)))
+    assert admit(store, 5, concurrency=4) == [("r2", 1), ("r2", 2), ("r2", 3), ("r1", 1)]
+    store.cancel("r2", at(5))  # its 3 granted steps, never started, hold no slot any more
+    read = _finish_reading(store, 1, 6, concurrency=4)
+    assert read.seen is not None
+    assert (read.seen.unstarted, dict(read.seen.held_by_key), read.seen.wanted) == (0, {}, 4)
+    assert [c.seq for c in read.seen.candidates if c.run_id == "r1"] == [2, 3, 4, 5]
