@@ -21,7 +21,10 @@ with none:
    hits both: the ratio of each pair and their median. Then the same on one
    ``celery worker -c N`` (``--celery N``, default 4; 0 skips it): the runs
    dispatched through Redis and every turn, step and admission run in the
-   worker's processes, as deployed (:mod:`bench.queues_celery`).
+   worker's processes, as deployed (:mod:`bench.queues_celery`). Each
+   measurement also records the runs' mean ``turns`` (``turns_per_run``):
+   every turn replays the whole fan-out, and a run woken by most of its
+   results costs far more than its steps.
 2. **Admission latency**: a queue with ``concurrency: 1`` and a backlog;
    for each step admitted after another one's result, the time from that
    result's write (its ``finished_at``) to the next step's admission
@@ -109,6 +112,17 @@ def wait_completed(run_ids: list[str], timeout: float = 600.0) -> None:
             time.sleep(0.02)
 
 
+def turns_per_run(run_ids: list[str]) -> float:
+    """The mean of the runs' ``turns`` (each a replay of the fan-out): read after they completed."""
+    from django.db import connection
+
+    from durable.models import Run
+
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT avg(turns) FROM {Run._meta.db_table} WHERE id = ANY(%s)", [run_ids])
+        return round(float(cursor.fetchone()[0]), 1)
+
+
 def throughput(queue: str, runs: int, steps: int, threads: int, tag: str = "") -> dict[str, Any]:
     from django.test import override_settings
 
@@ -127,6 +141,7 @@ def throughput(queue: str, runs: int, steps: int, threads: int, tag: str = "") -
         "steps": runs * steps,
         "seconds": round(seconds, 3),
         "steps_per_s": round(runs * steps / seconds, 1),
+        "turns_per_run": turns_per_run(ids),
     }
 
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.queues import DB, QUEUES, wait_completed
+from bench.queues import DB, QUEUES, turns_per_run, wait_completed
 
 WORKER_QUEUES = "durable,bq_limited,bq_free,bq_one"
 BROKER = os.environ.get("CELERY_BROKER_URL", "redis://127.0.0.1:6379/11")
@@ -84,4 +84,5 @@ def throughput(queue: str, runs: int, steps: int, tag: str = "") -> dict[str, An
         "steps": runs * steps,
         "seconds": round(seconds, 3),
         "steps_per_s": round(runs * steps / seconds, 1),
+        "turns_per_run": turns_per_run(ids),
     }
