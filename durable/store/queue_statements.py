@@ -108,21 +108,28 @@ _CONCURRENCY = (
 
 _NAMED = re.compile(r"%\((\w+)\)s")
 
-# A step result's short read: when at least the leave threshold (a quarter of the concurrency in
-# force, at least %(leave_min)s) of the queue's slots are granted to steps no worker has started,
-# the result leaves its slot (QueueSeen.leaves_slot) whatever else the read would find, so the
-# read stops at that many such steps instead of counting every holder and reading the backlog.
-# The steps counted are those the full read counts as unstarted (admitted, pending, in their
-# admission lease, of an active run); a queue without a concurrency limit, or paused, never reads short.
-_LEAVING = [
-    f"leave AS (SELECT GREATEST(%(leave_min)s::integer, (({_CONCURRENCY}) + 3) / 4) AS n FROM lk "
-    f"WHERE NOT lk.{q('paused')} AND ({_CONCURRENCY}) IS NOT NULL)",
-    f"ahead AS (SELECT count(*) AS u FROM (SELECT 1 FROM {CP_TABLE} c, {RUN_TABLE} r "
-    f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' "
-    f"AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND c.{q('wake_at')} > %(now)s AND {_ACTIVE_RUN} "
-    f"AND EXISTS (SELECT 1 FROM leave) LIMIT (SELECT n FROM leave)) x)",
-    "short AS (SELECT COALESCE((SELECT u FROM ahead) >= (SELECT n FROM leave), false) AS s)",
-]
+
+def _leaving(mine: str) -> list[str]:
+    """The CTEs of a step result's short read: ``leave``, ``ahead`` and ``short``.
+
+    While at least the leave threshold (a quarter of the concurrency in force,
+    at least ``LEAVE_SLOT_MIN``) of the queue's slots are granted to steps no
+    worker has started, the result leaves its slot (``QueueSeen.leaves_slot``)
+    whatever else the read would find, so the read stops at that many such
+    steps instead of counting every holder and reading the backlog. The steps
+    counted are those the full read counts as unstarted (admitted, pending, in
+    their admission lease, of an active run, not the result's own: ``mine``).
+    A queue without a concurrency limit, or a paused one, never reads short.
+    """
+    return [
+        f"leave AS (SELECT GREATEST(%(leave_min)s::integer, (({_CONCURRENCY}) + 3) / 4) AS n FROM lk "
+        f"WHERE NOT lk.{q('paused')} AND ({_CONCURRENCY}) IS NOT NULL)",
+        f"ahead AS (SELECT count(*) AS u FROM (SELECT 1 FROM {CP_TABLE} c, {RUN_TABLE} r "
+        f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' "
+        f"AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND c.{q('wake_at')} > %(now)s {mine}"
+        f"AND {_ACTIVE_RUN} AND EXISTS (SELECT 1 FROM leave) LIMIT (SELECT n FROM leave)) x)",
+        "short AS (SELECT COALESCE((SELECT u FROM ahead) >= (SELECT n FROM leave), false) AS s)",
+    ]
 
 
 # The candidates of an admission read (after its ``lk`` and ``room``): the CTEs grp and cands.
@@ -169,7 +176,9 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
     version; the slots held by key as a JSON array of [key, count]; wanted
     (the grants the concurrency leaves room for); unstarted (slots held by steps
     granted but not yet claimed by a worker); then the candidate's id,
-    run_id, seq, key, priority, enqueued_at, rank, served.
+    run_id, seq, key, priority, enqueued_at, rank, served. A step result's
+    read may be short (:func:`_leaving`): no holder, ``wanted`` 0, no
+    candidate, and ``unstarted`` at the leave threshold.
     """
     lock = " FOR UPDATE" if locked else " FOR SHARE" if result else ""
     ctes = [
@@ -177,11 +186,13 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
         f"FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s{lock})",
         f"snap AS (SELECT xmin AS v FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s)",
     ]
-    mine, full, unstarted = "", "", "(SELECT COALESCE(sum(u), 0) FROM holders)"
+    mine, full, none, unstarted = "", "", "", "(SELECT COALESCE(sum(u), 0) FROM holders)"
     if result and not locked:
         mine = f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) "
-        ctes += _LEAVING
+        ctes += _leaving(mine)
+        # A short read: no holder read, no room (so no candidate), the unstarted steps it counted.
         full = "AND NOT (SELECT s FROM short) "
+        none = " * (CASE WHEN (SELECT s FROM short) THEN 0 ELSE 1 END)"
         unstarted = f"CASE WHEN (SELECT s FROM short) THEN (SELECT u FROM ahead) ELSE {unstarted} END"
     ctes += [
         f"holders AS (SELECT c.{q('queue_key')} AS k, count(*) AS n, "
@@ -190,8 +201,7 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
         f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' AND c.{q('status')} IN {_OPEN} "
         f"AND c.{q('wake_at')} > %(now)s {mine}AND {_ACTIVE_RUN} {full}GROUP BY c.{q('queue_key')})",
         f"room AS (SELECT GREATEST(LEAST(%(batch)s::integer, COALESCE(({_CONCURRENCY}) "
-        f"- (SELECT COALESCE(sum(n), 0) FROM holders), %(batch)s::integer)), 0) "
-        f"* (CASE WHEN {'(SELECT s FROM short)' if full else 'false'} THEN 0 ELSE 1 END) AS wanted FROM lk)",
+        f"- (SELECT COALESCE(sum(n), 0) FROM holders), %(batch)s::integer)), 0){none} AS wanted FROM lk)",
         *_CANDIDATES,
         # When each candidate's key was last admitted, needed only to take turns between keys:
         # one probe per key of the served index (its newest admission), not the queue's history.
