@@ -37,10 +37,7 @@ if TYPE_CHECKING:
 def execute_step(
     engine: Engine, run_id: str, seq: int, *, continue_turn: bool = True, trace: dict[str, str] | None = None
 ) -> StepResult:
-    """Claim, run and settle step ``seq`` of ``run_id``. Returns what happened.
-
-    ``trace``: the trace context its dispatch carried (else the run's own).
-    """
+    """Claim, run and settle step ``seq`` of ``run_id`` (``trace``: its dispatch's, else the run's); what happened."""
     engine.grants_here.begin(run_id, seq)
     store = engine.store
     now = engine.clock.now()

@@ -158,6 +158,23 @@ def positional(sql: str) -> tuple[str, list[str]]:
     return _NAMED.sub(one, sql), names
 
 
+def _result_parts(result: bool) -> tuple[str, str, str, str]:
+    """For a step result's read: its own step left out, and the short read's conditions; else none.
+
+    A short read (:func:`_leaving`) reads no holder, has no room (so no
+    candidate), and reports the unstarted steps it counted.
+    """
+    unstarted = "(SELECT COALESCE(sum(u), 0) FROM holders)"
+    if not result:
+        return "", "", "", unstarted
+    return (
+        f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) ",
+        "AND NOT (SELECT s FROM short) ",
+        " * (CASE WHEN (SELECT s FROM short) THEN 0 ELSE 1 END)",
+        f"CASE WHEN (SELECT s FROM short) THEN (SELECT u FROM ahead) ELSE {unstarted} END",
+    )
+
+
 def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
     """The read of an admission: its CTEs (``lk`` first) and the SELECT of its rows (named parameters).
 
@@ -186,14 +203,9 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
         f"FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s{lock})",
         f"snap AS (SELECT xmin AS v FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s)",
     ]
-    mine, full, none, unstarted = "", "", "", "(SELECT COALESCE(sum(u), 0) FROM holders)"
-    if result and not locked:
-        mine = f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) "
+    mine, full, none, unstarted = _result_parts(result and not locked)
+    if mine:
         ctes += _leaving(mine)
-        # A short read: no holder read, no room (so no candidate), the unstarted steps it counted.
-        full = "AND NOT (SELECT s FROM short) "
-        none = " * (CASE WHEN (SELECT s FROM short) THEN 0 ELSE 1 END)"
-        unstarted = f"CASE WHEN (SELECT s FROM short) THEN (SELECT u FROM ahead) ELSE {unstarted} END"
     ctes += [
         f"holders AS (SELECT c.{q('queue_key')} AS k, count(*) AS n, "
         f"count(*) FILTER (WHERE c.{q('status')} = '{CheckpointStatus.PENDING}') AS u "
