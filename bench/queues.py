@@ -65,6 +65,18 @@ def _recreate_database() -> None:
         conn.execute(f'CREATE DATABASE "{name}"')
 
 
+def prepare() -> None:
+    """The benchmark's database made anew, Django set up, migrated, and its workflow registered."""
+    _recreate_database()
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+    register()
+
+
 def register() -> dict[str, Any]:
     """The benchmark's workflow and steps (also in its Celery worker, under ``BENCH_QUEUES``)."""
     import durable
@@ -293,15 +305,7 @@ def main() -> None:
     parser.add_argument("--prefix", default="queues-", help="the result file's name before its time")
     args = parser.parse_args()
     started = datetime.now(UTC)
-    _recreate_database()
-
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-    register()
+    prepare()
     from bench.conditions import machine, write_result
     from bench.queues_celery import BROKER
 

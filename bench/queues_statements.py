@@ -65,16 +65,9 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results")
     args = parser.parse_args()
     started = datetime.now(UTC)
-    bq._recreate_database()
-
-    import django
-
-    django.setup()
-    from django.core.management import call_command
+    bq.prepare()
     from django.db import connection
 
-    call_command("migrate", verbosity=0)
-    bq.register()
     with connection.cursor() as cursor:
         cursor.execute("SELECT current_setting('shared_preload_libraries')")
         if "pg_stat_statements" not in cursor.fetchone()[0]:

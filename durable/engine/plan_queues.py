@@ -37,6 +37,9 @@ RATE_UNITS: dict[str, float] = {"s": 1.0, "m": 60.0, "h": 3600.0}
 RATE_LOOKAHEAD = timedelta(seconds=2)
 # The fewest granted, unstarted steps for which a step's result leaves its slot (QueueSeen.leaves_slot).
 LEAVE_SLOT_MIN = 2
+# ... and the share of the concurrency it takes: a quarter, rounded up (leave_threshold; the same
+# parts make the threshold of a step result's short read on PostgreSQL, durable.store.queue_statements).
+LEAVE_SLOT_SHARE = 4
 _RATE = re.compile(r"^\s*(\d+)\s*/\s*([smh])\s*$")
 
 
@@ -80,7 +83,7 @@ def leave_threshold(concurrency: int) -> int:
     A quarter of the slots, rounded up, and never fewer than :data:`LEAVE_SLOT_MIN`
     (:meth:`QueueSeen.leaves_slot`, :class:`~durable.engine.grants_here.GrantsHere`).
     """
-    return max(LEAVE_SLOT_MIN, -(-concurrency // 4))
+    return max(LEAVE_SLOT_MIN, -(-concurrency // LEAVE_SLOT_SHARE))
 
 
 @dataclass(frozen=True)

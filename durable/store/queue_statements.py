@@ -122,7 +122,9 @@ def _leaving(mine: str) -> list[str]:
     A queue without a concurrency limit, or a paused one, never reads short.
     """
     return [
-        f"leave AS (SELECT GREATEST(%(leave_min)s::integer, (({_CONCURRENCY}) + 3) / 4) AS n FROM lk "
+        # leave_threshold's arithmetic, on the concurrency in force as the row says.
+        f"leave AS (SELECT GREATEST(%(leave_min)s::integer, (({_CONCURRENCY}) + %(leave_share)s::integer - 1) "
+        f"/ %(leave_share)s::integer) AS n FROM lk "
         f"WHERE NOT lk.{q('paused')} AND ({_CONCURRENCY}) IS NOT NULL)",
         f"ahead AS (SELECT count(*) AS u FROM (SELECT 1 FROM {CP_TABLE} c, {RUN_TABLE} r "
         f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' "

@@ -14,6 +14,7 @@ from django.db import transaction
 
 from durable.engine.plan_queues import (
     LEAVE_SLOT_MIN,
+    LEAVE_SLOT_SHARE,
     Candidate,
     QueueAdmissionPlan,
     QueueAdmitted,
@@ -42,7 +43,7 @@ def _json(value: Any) -> Any:
 def read_params(plan: QueueAdmissionPlan, names: Sequence[str], **more: Any) -> list[Any]:
     """The parameters of an admission read for ``plan``, in the order ``names`` gives."""
     values = {"queue": plan.queue, "now": plan.now, "active": list(plan.run_statuses), "batch": plan.batch}
-    values["leave_min"] = LEAVE_SLOT_MIN
+    values.update(leave_min=LEAVE_SLOT_MIN, leave_share=LEAVE_SLOT_SHARE)
     values.update(concurrency=plan.defaults.concurrency, **more)
     return [values[name] for name in names]
 
