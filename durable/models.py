@@ -80,6 +80,11 @@ class Run(models.Model):
     # Some run has registered (at some point) to wait for this one: set under this row's lock
     # by the waiter's commit, so a run that completes with it false has no one to wake.
     awaited = models.BooleanField(default=False)
+    # A suspension's dispatched steps not settled yet, when it knows them exactly (every step it
+    # waits on was created by the suspending commit); NULL otherwise. A step result counts it
+    # down under this row's lock and wakes the run only at zero or on a failure: a fan-out of n
+    # steps is woken once, not by each of its results. Written by every suspension.
+    awaiting_steps = models.IntegerField(null=True, blank=True)
     # Lifecycle event delivery: {"owed": [...], "started": {sub: run}, "coalesced": {...},
     # "failed": {sub: reason}, "skipped": [...]}, written with the terminal status. For a
     # settled run, locked_by/locked_until are the lease of whoever publishes it.

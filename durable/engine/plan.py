@@ -38,6 +38,8 @@ from durable.engine.vocab import (
     TERMINAL,
     WAIT_KINDS,
     Admission,
+    CheckpointKind,
+    CheckpointStatus,
     RunStatus,
 )
 
@@ -233,6 +235,26 @@ def _final_sets(now: datetime, outcome: Outcome) -> tuple[dict[str, Any], Cancel
     return sets, None
 
 
+def awaiting_steps(writes: TurnWrites, outcome: Outcome) -> int | None:
+    """How many dispatched steps a suspension waits on, when it knows them all unsettled; else ``None``.
+
+    Every dispatched step a turn creates is waited on by the suspension that
+    ends it (a step call and a gather both suspend until their steps
+    settle), and none of them can have a result before this commit (they
+    are dispatched after it). A step the replay found in flight may have
+    settled while the turn ran: then the count is unknown (``None``) and
+    every result wakes the run, as does any result when it is ``None``.
+    """
+    if outcome.step_seqs:
+        return None
+    created = sum(
+        1
+        for w in writes.checkpoints
+        if w.create and w.record.kind == CheckpointKind.STEP and w.record.status == CheckpointStatus.PENDING
+    )
+    return created or None
+
+
 def _waits(writes: TurnWrites) -> bool:
     """Does the commit settle or start a wait (so the run's waiter rows change)?"""
     return bool(writes.consumed_signals) or any(w.record.kind in WAIT_KINDS for w in writes.checkpoints)
@@ -306,6 +328,8 @@ def plan_commit(
     if outcome is not None:
         final, cancel_wake = _final_sets(now, outcome)
         sets.update(final)
+        if outcome.status == RunStatus.SUSPENDED:
+            sets["awaiting_steps"] = awaiting_steps(writes, outcome)
     suspends = outcome is not None and outcome.status == RunStatus.SUSPENDED
     new_runs = ([outcome.next_run] if outcome is not None and outcome.next_run is not None else []) + writes.new_runs
     waiters = list(outcome.waiters) if outcome is not None else []

@@ -85,6 +85,19 @@ class StepResultPlan:
     def retry(self) -> bool:
         return not self.wake
 
+    def counted(self, awaiting: int | None, settled: bool) -> tuple[bool, int | None]:
+        """Whether this result wakes a suspended run that waits on ``awaiting`` steps, and the count left.
+
+        ``settled``: this result settled its checkpoint (a duplicate did not).
+        ``awaiting`` None (the suspension does not know its steps): every
+        result wakes. Otherwise the run wakes once none is left, or at a
+        failure (a fail-fast gather must see it). Read under the run's lock,
+        as the PostgreSQL statement reads its row as locked.
+        """
+        left = None if awaiting is None else awaiting - int(settled)
+        failure = self.sets.get("status") != CheckpointStatus.COMPLETED
+        return (self.wake and (left is None or left <= 0 or failure)), left
+
 
 def plan_step_result(
     run_id: str,

@@ -43,63 +43,63 @@ class PostgresStatements(CommitStatements):
         Nothing is settled for a missing run or one whose results are ignored;
         ``claimed``: nor unless the step still runs under the result's claim;
         ``notify``: a run woken is announced on :data:`NOTIFY_CHANNEL` (on commit).
-        Params: :meth:`finish_step_params`. Returns one row, the run's status
-        as found followed by the run's columns as leased (NULLs when not woken).
-        ``read``: the CTEs and SELECT of a read that rides along (its params
-        follow); then every row continues with whether the step was settled
-        and one row of that read.
+        A suspended run that counts the steps it waits on (``awaiting_steps``)
+        has it counted down by a settling result and is woken only at zero or
+        by a failure; one that does not count them is woken by every result.
+        The count is read from the row as locked (its latest version, whatever
+        the statement's snapshot), so concurrent results count exactly.
+        Params: :meth:`finish_step_params`. Returns one row: the run's status
+        as found, whether this statement woke it, then the run's columns as
+        leased (NULLs when not woken). ``read``: the CTEs and SELECT of a read
+        that rides along (its params follow); then every row continues with
+        whether the step was settled and one row of that read.
         """
-        if take:
-            wake = (
-                f"{q('status')} = '{RunStatus.RUNNING}', {q('locked_by')} = %s, {q('locked_until')} = %s, "
-                f"{q('updated_at')} = %s, {q('turns')} = d.{q('turns')} + 1, "
-                f"{q('started_at')} = COALESCE(d.{q('started_at')}, %s)"
-            )
-        else:
-            wake = f"{q('wake_at')} = %s"
+        wake = _wake_sets(take)
         claim = (
             f"AND {q('status')} = '{CheckpointStatus.RUNNING}' AND {q('locked_by')} = %s AND {q('attempts')} = %s "
             if claimed
             else ""
         )
+        woken = f"(d.{q('awaiting_steps')} IS NULL OR d.{q('awaiting_steps')} <= 0 OR old.failure)"
         sql = (
             # RECURSIVE for the read's loose scan of its queue's backlog (a plain WITH otherwise).
-            f"WITH {'RECURSIVE ' if read else ''}old AS (SELECT {q('id')}, {q('status')} FROM {RUN_TABLE} "
-            f"WHERE {q('id')} = %s FOR UPDATE), "
-            f"woke AS (UPDATE {RUN_TABLE} d SET {wake} FROM old WHERE d.{q('id')} = old.{q('id')} "
-            f"AND old.{q('status')} = '{RunStatus.SUSPENDED}' RETURNING {run_columns('d')}), "
+            f"WITH {'RECURSIVE ' if read else ''}old AS (SELECT {q('id')}, {q('status')}, %s::boolean AS failure "
+            f"FROM {RUN_TABLE} WHERE {q('id')} = %s FOR UPDATE), "
             f"cp AS (UPDATE {CP_TABLE} SET {q('status')} = %s, {q('output')} = {self.param(CP_FIELD['output'])}, "
             f"{q('error')} = {self.param(CP_FIELD['error'])}, {q('wake_at')} = NULL, {q('finished_at')} = %s, "
             f"{q('locked_by')} = NULL WHERE {q('run_id')} = %s AND {q('seq')} = %s "
             f"AND {q('status')} IN ({_in(UNSETTLED)}) {claim}"
-            f"AND EXISTS (SELECT 1 FROM old WHERE {q('status')} NOT IN ({_in(STEP_RESULT_IGNORED)})) "
-            f"{'RETURNING 1' if read else ''}) "
+            f"AND EXISTS (SELECT 1 FROM old WHERE {q('status')} NOT IN ({_in(STEP_RESULT_IGNORED)})) RETURNING 1), "
+            f"n AS (SELECT count(*)::int AS settled FROM cp), "
+            # A run that goes on waiting is written too (its count, one less). Its SET reads the row
+            # as locked, so a result queued behind another's lock counts from that one's write.
+            f"woke AS (UPDATE {RUN_TABLE} d SET {wake}, "
+            f"{q('awaiting_steps')} = d.{q('awaiting_steps')} - n.settled FROM old, n "
+            f"WHERE d.{q('id')} = old.{q('id')} AND old.{q('status')} = '{RunStatus.SUSPENDED}' "
+            f"RETURNING {woken} AS woken, {run_columns('d')}), "
+            f"up AS (SELECT {run_columns()} FROM woke WHERE woken) "
         )
         # (A volatile function: the join is never removed, and runs once, only for a woken run.)
         announce = (
-            f" LEFT JOIN LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', woke.{q('namespace')}) "
-            f"WHERE woke.{q('id')} IS NOT NULL) announced ON true"
+            f" LEFT JOIN LATERAL (SELECT pg_notify('{NOTIFY_CHANNEL}', up.{q('namespace')}) "
+            f"WHERE up.{q('id')} IS NOT NULL) announced ON true"
             if notify
             else ""
         )
+        head = f"SELECT old.{q('status')}, up.{q('id')} IS NOT NULL, up.*"
         if read is None:
-            return f"{sql}SELECT old.{q('status')}, woke.* FROM old LEFT JOIN woke ON true{announce}"
+            return f"{sql}{head} FROM old LEFT JOIN up ON true{announce}"
         ctes, select = read
         return (
-            f"{sql}, {ctes} SELECT old.{q('status')}, woke.*, EXISTS (SELECT 1 FROM cp), rd.* "
-            f"FROM old LEFT JOIN woke ON true{announce} LEFT JOIN ({select}) rd ON true"
+            f"{sql}, {ctes} {head}, EXISTS (SELECT 1 FROM cp), rd.* "
+            f"FROM old LEFT JOIN up ON true{announce} LEFT JOIN ({select}) rd ON true"
         )
 
     def finish_step_params(self, result: StepResultPlan) -> list[Any]:
-        params: list[Any] = [result.run_id]
-        if result.take is not None:
-            owner, lease_until = result.take
-            params += [owner, lease_until, result.now, result.now]
-        else:
-            params.append(result.now)
         sets = result.sets
-        return [
-            *params,
+        params: list[Any] = [
+            sets["status"] != CheckpointStatus.COMPLETED,
+            result.run_id,
             sets["status"],
             self.prep(CP_FIELD["output"], sets["output"]),
             self.prep(CP_FIELD["error"], sets["error"]),
@@ -108,6 +108,10 @@ class PostgresStatements(CommitStatements):
             result.seq,
             *((result.claim.owner, result.claim.attempt) if result.claim is not None else ()),
         ]
+        if result.take is not None:
+            owner, lease_until = result.take
+            return [*params, owner, lease_until, result.now, result.now]
+        return [*params, result.now]
 
     # -- a page of schedule firings, as two statements ------------------------------------
     def fire_schedules(self, plans: Sequence[SchedulePlan]) -> tuple[str, list[Any]]:
@@ -132,3 +136,25 @@ class PostgresStatements(CommitStatements):
         )
         models = [Run(**row) for row in rows]
         return sql, [[self.prep(f, getattr(m, f.attname)) for m in models] for f in RUN_COLUMNS]
+
+
+# A result wakes a suspended run that does not count its steps, or whose count this result
+# ends, or at a failure (the run row's columns as locked: d; the result's: old and n).
+_WAKES = f"(d.{q('awaiting_steps')} IS NULL OR d.{q('awaiting_steps')} <= n.settled OR old.failure)"
+
+
+def _wake_sets(take: bool) -> str:
+    """The run columns a step result writes when it wakes the run (as they were when it does not)."""
+    if not take:
+        return f"{q('wake_at')} = CASE WHEN {_WAKES} THEN %s ELSE d.{q('wake_at')} END"
+    return ", ".join(
+        f"{q(column)} = CASE WHEN {_WAKES} THEN {value} ELSE d.{q(column)} END"
+        for column, value in (
+            ("status", f"'{RunStatus.RUNNING}'"),
+            ("locked_by", "%s"),
+            ("locked_until", "%s"),
+            ("updated_at", "%s"),
+            ("turns", f"d.{q('turns')} + 1"),
+            ("started_at", f"COALESCE(d.{q('started_at')}, %s)"),
+        )
+    )

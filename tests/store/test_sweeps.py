@@ -257,7 +257,8 @@ def test_lapse_step_retries_a_lapsed_attempt_once_under_its_claim(store: Any) ->
     )
     # A second sweeper on the same attempt, and the late result of its worker, find nothing to do.
     assert store.lapse_step("r1", 1, at(22), claim, LOST, at(41)) is False
-    assert store.finish_step("r1", 1, at(23), output="late", claim=claim) is True  # wakes; records nothing
+    # Refused: records nothing, and wakes nothing (the run counts its one step, still out).
+    assert store.finish_step("r1", 1, at(23), output="late", claim=claim) is False
     assert store.load_checkpoints("r1")[1].status == "pending"
     assert store.get_run("r1").status == "suspended"
     assert store.claim_step("r1", 1, OWNER, at(39), at(99)) is None  # the backoff holds
@@ -289,9 +290,10 @@ def test_a_result_under_a_later_claim_is_refused(store: Any) -> None:
     store.lapse_step("r1", 1, at(21), ClaimCheck(OWNER, 1), LOST, at(21))
     store.claim_step("r1", 1, OWNER, at(22), at(80))  # the same owner claims the retry (attempt 2)
     store.finish_step("r1", 1, at(23), output="from attempt 1", claim=ClaimCheck(OWNER, 1))
-    assert store.finish_step_and_acquire("r1", 1, at(24), OTHER, at(54), output="x", claim=ClaimCheck(OTHER, 2))
+    # Refused: it counts nothing, so the run (waiting on its one step) is neither woken nor taken.
+    assert store.finish_step_and_acquire("r1", 1, at(24), OTHER, at(54), output="x", claim=ClaimCheck(OTHER, 2)) is None
     assert store.load_checkpoints("r1")[1].status == "running"
-    assert store.finish_step("r1", 1, at(25), output="from attempt 2", claim=ClaimCheck(OWNER, 2)) is False
+    assert store.finish_step("r1", 1, at(25), output="from attempt 2", claim=ClaimCheck(OWNER, 2)) is True
     cp = store.load_checkpoints("r1")[1]
     assert (cp.status, cp.output, cp.attempts) == ("completed", "from attempt 2", 2)
 

@@ -65,7 +65,13 @@ def test_a_suspension_waits_for_its_timer_unless_a_cancel_arrived_on_the_locked_
     p = _commit(outcome=Outcome(RunStatus.SUSPENDED, wake_at=LATER, had_waiters=False, cancel_seen=False))
     assert p.run.cancel_wake == plan.CancelWake(NOW, LATER)
     assert "wake_at" not in p.run.sets
-    assert p.run.sets == {"status": RunStatus.SUSPENDED, "updated_at": NOW, "locked_by": None, "locked_until": None}
+    assert p.run.sets == {
+        "status": RunStatus.SUSPENDED,
+        "updated_at": NOW,
+        "locked_by": None,
+        "locked_until": None,
+        "awaiting_steps": None,  # it dispatched no step
+    }
     assert p.suspends and p.asked_wake == LATER
 
 
@@ -294,3 +300,52 @@ def test_plan_objects_are_frozen():
     p = _commit(outcome=_done())
     with pytest.raises(AttributeError):
         p.shape = plan.Shape.TRANSACTION  # type: ignore[misc]
+
+
+def _dispatched(seq: int, status: str = CheckpointStatus.PENDING, kind: str = CheckpointKind.STEP) -> CheckpointWrite:
+    return _step(seq, kind=kind, status=status)
+
+
+def test_a_suspension_counts_the_dispatched_steps_it_created():
+    writes = TurnWrites(
+        checkpoints=[
+            _dispatched(1),
+            _dispatched(2),
+            _dispatched(3, status=CheckpointStatus.COMPLETED),  # an eager step, run in the turn
+            _dispatched(4, kind=CheckpointKind.CHILD),  # a child's checkpoint: its run wakes the parent itself
+        ]
+    )
+    p = _commit(writes, Outcome(RunStatus.SUSPENDED, wake_at=LATER, had_waiters=False))
+    assert p.run.sets["awaiting_steps"] == 2
+
+
+def test_a_suspension_with_a_step_already_in_flight_does_not_count():
+    writes = TurnWrites(checkpoints=[_dispatched(2)])
+    p = _commit(writes, Outcome(RunStatus.SUSPENDED, wake_at=LATER, had_waiters=False, step_seqs=[1]))
+    assert p.run.sets["awaiting_steps"] is None
+
+
+def test_only_a_suspension_writes_the_count():
+    assert "awaiting_steps" not in _commit(TurnWrites(checkpoints=[_dispatched(1)]), _done()).run.sets
+    assert "awaiting_steps" not in _commit(TurnWrites(checkpoints=[_dispatched(1)])).run.sets  # a flush
+
+
+@pytest.mark.parametrize(
+    ("awaiting", "settled", "error", "wakes", "left"),
+    [
+        (None, True, None, True, None),  # the suspension does not count: every result wakes
+        (3, True, None, False, 2),
+        (1, True, None, True, 0),
+        (2, False, None, False, 2),  # a duplicate or refused result counts nothing
+        (0, False, None, True, 0),  # ...but re-drives a run whose steps all landed
+        (3, True, {"message": "x"}, True, 2),  # a failure wakes at once
+    ],
+)
+def test_a_result_wakes_at_the_last_step_or_a_failure(awaiting, settled, error, wakes, left):
+    result = plan_steps.plan_step_result("r", 1, NOW, output=None if error else 1, error=error)
+    assert result.counted(awaiting, settled) == (wakes, left)
+
+
+def test_a_retry_never_wakes():
+    retry = plan_steps.plan_step_result("r", 1, NOW, error={"message": "x"}, retry_at=LATER)
+    assert retry.counted(1, False) == (False, 1)

@@ -114,7 +114,7 @@ class RunsPart(MemoryBase):
                 row, now, RunStatus.DEAD, error=error, recovery_attempts=attempts, finished_at=now, wake_at=None
             )
             return RunStatus.DEAD
-        self._release(row, now, RunStatus.SUSPENDED, wake_at=wake_at, recovery_attempts=attempts)
+        self._release(row, now, RunStatus.SUSPENDED, wake_at=wake_at, recovery_attempts=attempts, awaiting_steps=None)
         return RunStatus.SUSPENDED
 
     @atomically

@@ -9,7 +9,7 @@ from typing import Any
 from durable.engine.plan_queues import AdmissionRead, claimable
 from durable.engine.plan_steps import StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
-from durable.engine.vocab import SETTLED, Admission, CheckpointStatus
+from durable.engine.vocab import SETTLED, Admission, CheckpointStatus, RunStatus
 from durable.store.memory.base import MemoryBase, atomically
 from durable.store.memory.tables import CHECKPOINT_JSON, Row, as_json, run_record
 
@@ -112,8 +112,12 @@ class StepsPart(MemoryBase):
         run = self.tables.runs.get(plan.run_id)
         if run is None or run["status"] in plan.ignored_runs:
             return False
-        self._settle_checkpoint(plan)
-        return plan.wake and bool(self._wake([plan.run_id], plan.now))
+        settled = self._settle_checkpoint(plan)
+        if not plan.wake or run["status"] != RunStatus.SUSPENDED:
+            return False
+        wakes, left = plan.counted(run["awaiting_steps"], settled)
+        self.tables.set(run, awaiting_steps=left)
+        return wakes and bool(self._wake([plan.run_id], plan.now))
 
     def _settle_checkpoint(self, plan: StepResultPlan) -> bool:
         cp = self._checkpoint(plan.run_id, plan.seq)

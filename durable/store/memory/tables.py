@@ -74,6 +74,7 @@ def _defaults(now: datetime) -> Row:
         "patches": [],
         "cancel_requested": False,
         "awaited": False,
+        "awaiting_steps": None,
         "lifecycle": {},
         "lifecycle_owed": False,
         "deadline_at": None,

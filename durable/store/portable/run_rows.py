@@ -114,7 +114,12 @@ class RunRows(StoreBase):
             if dead:
                 return RunStatus.DEAD
         fields: dict[str, Any] = dict(
-            status=RunStatus.SUSPENDED, wake_at=wake_at, locked_by=None, locked_until=None, updated_at=now
+            status=RunStatus.SUSPENDED,
+            wake_at=wake_at,
+            locked_by=None,
+            locked_until=None,
+            updated_at=now,
+            awaiting_steps=None,  # a handback knows nothing of what the run waits on: every result wakes it
         )
         if count_recovery:
             fields["recovery_attempts"] = F("recovery_attempts") + 1

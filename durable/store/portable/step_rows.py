@@ -126,13 +126,19 @@ class StepRows(StoreBase):
     def _finish_step(self, plan: StepResultPlan) -> bool:
         """Execute a step result's plan (run row locked first, then the checkpoint); True if woken."""
         with transaction.atomic():
-            status = Run.objects.select_for_update().filter(id=plan.run_id).values_list("status", flat=True).first()
+            found = Run.objects.select_for_update().filter(id=plan.run_id).values_list("status", "awaiting_steps")
+            status, awaiting = found.first() or (None, None)
             if status is None or status in plan.ignored_runs:
                 return False
-            self._settle_checkpoint(plan)
+            settled = self._settle_checkpoint(plan)
             if not plan.wake or status != RunStatus.SUSPENDED:
                 return False
-            return bool(Run.objects.filter(id=plan.run_id, status=RunStatus.SUSPENDED).update(wake_at=plan.now))
+            wakes, left = plan.counted(awaiting, settled)
+            run = Run.objects.filter(id=plan.run_id, status=RunStatus.SUSPENDED)
+            if not wakes:
+                run.update(awaiting_steps=left)
+                return False
+            return bool(run.update(wake_at=plan.now, awaiting_steps=left))
 
     @staticmethod
     def _settle_checkpoint(plan: StepResultPlan) -> bool:

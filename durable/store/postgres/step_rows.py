@@ -11,7 +11,6 @@ from django.db import connection
 from durable.engine.plan_queues import AdmissionRead
 from durable.engine.plan_steps import StepClaimPlan, StepResultPlan, plan_step_result
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
-from durable.engine.vocab import RunStatus
 from durable.store.portable.step_rows import StepRows
 from durable.store.postgres.base import PostgresBase
 from durable.store.postgres.queue_rows import read_params, to_seen
@@ -43,10 +42,8 @@ class PostgresSteps(PostgresBase, StepRows):
             self._execute(PG_SET_STEP_TIMEOUT, [timeout_at, cp_id])
         return StepClaim(plan.run_id, plan.seq, name, value, attempts, namespace, queue, ready_at, workflow, trace)
 
-    def _settle_step(
-        self, plan: StepResultPlan, read: AdmissionRead | None = None
-    ) -> tuple[str | None, RunRecord | None]:
-        """Settle and wake (or lease) in one statement; the run's status as found, the run as leased.
+    def _settle_step(self, plan: StepResultPlan, read: AdmissionRead | None = None) -> tuple[bool, RunRecord | None]:
+        """Settle and wake (or lease) in one statement; whether the run was woken, the run as leased.
 
         With ``read``, the same statement reads the step's queue for its next
         admission (``read.seen``, when the step was settled by it).
@@ -61,16 +58,16 @@ class PostgresSteps(PostgresBase, StepRows):
         notify = not take and self._notifying()
         rows = self._execute(self._statements.finish_step(take, plan.claim is not None, notify, ride), params)
         if not rows:
-            return None, None
-        status, *run = rows[0]
+            return False, None
+        _, woken, *run = rows[0]
         if read is not None:
             width = len(RUN_COLUMNS)
             if run[width]:  # settled by this statement: its slot is free in what the read counted
-                read.seen = to_seen([row[width + 2 :] for row in rows])
+                read.seen = to_seen([row[width + 3 :] for row in rows])
             run = run[:width]
-        if plan.take is None or run[0] is None:
-            return status, None
-        return status, to_run(run)
+        if plan.take is None or not woken:
+            return bool(woken), None
+        return True, to_run(run)
 
     def finish_step(
         self,
@@ -88,14 +85,12 @@ class PostgresSteps(PostgresBase, StepRows):
         plan = plan_step_result(run_id, seq, now, output=output, error=error, retry_at=retry_at, claim=claim)
         if admission is None or plan.retry or (plan.claim is not None and plan.claim.lapsed_at is not None):
             return self._finish_step(plan)
-        status, _ = self._settle_step(plan, admission)
-        return status == RunStatus.SUSPENDED
+        return self._settle_step(plan, admission)[0]
 
     def _finish_step(self, plan: StepResultPlan) -> bool:
         if plan.retry or (plan.claim is not None and plan.claim.lapsed_at is not None):
             return super()._finish_step(plan)
-        status, _ = self._settle_step(plan)
-        return status == RunStatus.SUSPENDED
+        return self._settle_step(plan)[0]
 
     def finish_step_and_acquire(
         self,
