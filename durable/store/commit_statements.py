@@ -23,7 +23,7 @@ from typing import Any
 from django.db.models import Field, JSONField
 
 from durable.codecs.fields import PayloadField
-from durable.engine.plan import CHECKPOINT_UPDATABLE, CommitPlan
+from durable.engine.plan import CHECKPOINT_UPDATABLE, CheckpointChange, CommitPlan
 from durable.engine.ports import CheckpointRecord
 from durable.store.statements import (
     _CP_RECORD,
@@ -53,6 +53,13 @@ _CP_SOURCES: list[tuple[Field[Any, Any], str | None, bool]] = [
 ]
 # Commit texts kept per statements object (one per shape; the shapes a project's workflows make are few).
 _TEXTS_KEPT = 256
+# Up to this many checkpoints inserted (or updated) by one commit are written row by row, each
+# with its own parameters; more go as one array per column. A fan-out of thousands of steps would
+# otherwise cost a planning time that grows with the square of its rows and, past about 2,600
+# rows, more parameters than a statement may have (65,535).
+_INLINE_ROWS = 32
+# What the one-run commit's array writes are conditional on: its lease's write.
+_LEASE_WROTE = "EXISTS (SELECT 1 FROM lease)"
 
 
 def _commit_shape(plan: CommitPlan) -> tuple[Any, ...]:
@@ -62,7 +69,8 @@ def _commit_shape(plan: CommitPlan) -> tuple[Any, ...]:
         tuple(run.sets),
         run.cancel_wake is not None,
         tuple((u.claimed_by is not None, tuple(u.written())) for u in plan.updates),
-        len(plan.inserts),
+        min(len(plan.inserts), _INLINE_ROWS + 1),  # more than _INLINE_ROWS: one text, arrays
+        len(plan.updates) > _INLINE_ROWS,
         bool(plan.consumed_signals),
         plan.waiters is not None and plan.waiters.clear,
         plan.waiters is not None and bool(plan.waiters.add),
@@ -148,13 +156,17 @@ class CommitStatements:
             # or a takeover (both update the row), and costs no new row version.
             cas = f"SELECT {returning} FROM {RUN_TABLE} WHERE {_LEASED}{claims} FOR SHARE"
         ctes = [f"lease AS ({cas})"]
-        for i, u in enumerate(plan.updates):
+        if len(plan.updates) > _INLINE_ROWS:
+            ctes += self._updates_text(_LEASE_WROTE)
+        for i, u in enumerate(plan.updates if len(plan.updates) <= _INLINE_ROWS else ()):
             cols = ", ".join(f"{col(CP_FIELD[name])} = {self.param(CP_FIELD[name])}" for name in u.written())
             ctes.append(
                 f"u{i} AS (UPDATE {CP_TABLE} SET {cols} WHERE {q('run_id')} = %s AND {q('seq')} = %s "
                 f"AND {q('status')} = ANY(%s) AND EXISTS (SELECT 1 FROM lease))"
             )
-        if plan.inserts:
+        if len(plan.inserts) > _INLINE_ROWS:
+            ctes += self._inserts_text(_LEASE_WROTE)
+        elif plan.inserts:
             row = f"SELECT {', '.join(self.param(f) for f in CP_INSERT)} FROM lease"
             names = ", ".join(col(f) for f in CP_INSERT)
             ctes.append(f"ins AS (INSERT INTO {CP_TABLE} ({names}) {' UNION ALL '.join([row] * len(plan.inserts))})")
@@ -178,11 +190,18 @@ class CommitStatements:
         for u in plan.updates:
             if u.claimed_by is not None:
                 params += [lease.run_id, u.seq, list(u.expect), u.claimed_by]
-        for u in plan.updates:
-            params += [prep(CP_FIELD[name], value) for name, value in u.written().items()]
-            params += [lease.run_id, u.seq, list(u.expect)]
-        for rec in plan.inserts:
-            params += self._insert_values(lease.run_id, rec)
+        if len(plan.updates) > _INLINE_ROWS:
+            self._updates_params([(lease.run_id, u) for u in plan.updates], params)
+        else:
+            for u in plan.updates:
+                params += [prep(CP_FIELD[name], value) for name, value in u.written().items()]
+                params += [lease.run_id, u.seq, list(u.expect)]
+        if len(plan.inserts) > _INLINE_ROWS:
+            rows = [self._insert_values(lease.run_id, rec) for rec in plan.inserts]
+            params += [list(column) for column in zip(*rows, strict=True)]  # one array per column
+        else:
+            for rec in plan.inserts:
+                params += self._insert_values(lease.run_id, rec)
         if plan.waited_queues:
             params += [plan.now, list(plan.waited_queues)]
         self._consumed_and_cleared(plan, params)
@@ -260,31 +279,42 @@ class CommitStatements:
         creates = [(p.run.lease.run_id, rec) for p in plans for rec in p.inserts]
         if not creates:
             return []
-        names = ", ".join(col(f) for f in CP_INSERT)
         rows = [self._insert_values(run_id, rec) for run_id, rec in creates]
         params += [list(column) for column in zip(*rows, strict=True)]  # one array per column
+        return self._inserts_text(f"c.{q('run_id')} IN (SELECT {q('id')} FROM lease)")
+
+    def _inserts_text(self, written: str) -> list[str]:
+        """Checkpoints inserted from one array per column (params: the arrays), where ``written`` holds."""
+        names = ", ".join(col(f) for f in CP_INSERT)
         return [
             f"ins AS (INSERT INTO {CP_TABLE} ({names}) SELECT * FROM unnest("
-            f"{', '.join(self.array(f) for f in CP_INSERT)}) AS c({names}) "
-            f"WHERE c.{q('run_id')} IN (SELECT {q('id')} FROM lease))"
+            f"{', '.join(self.array(f) for f in CP_INSERT)}) AS c({names}) WHERE {written})"
         ]
 
     def _shared_updates(self, plans: Sequence[CommitPlan], params: list[Any]) -> list[str]:
         updates = [(p.run.lease.run_id, u) for p in plans for u in p.updates]
         if not updates:
             return []
+        self._updates_params(updates, params)
+        return self._updates_text(f"u.u_run IN (SELECT {q('id')} FROM lease)")
+
+    def _updates_params(self, updates: Sequence[tuple[str, CheckpointChange]], params: list[Any]) -> None:
+        """The arrays of :meth:`_updates_text`: run ids, positions, expected statuses, then each column."""
+        fields = [CP_FIELD[name] for name in CHECKPOINT_UPDATABLE]
+        params += [[u[0] for u in updates], [u[1].seq for u in updates], [",".join(u[1].expect) for u in updates]]
+        params += [[self.prep(f, u.values[f.name]) for _, u in updates] for f in fields]
+
+    def _updates_text(self, written: str) -> list[str]:
+        """Checkpoint updates from one array per column, each where its status is expected and ``written`` holds."""
         fields = [CP_FIELD[name] for name in CHECKPOINT_UPDATABLE]
         ucols = [col(f) for f in fields]
         usets = [
             f"{c} = " + (_KEEP_IF_UNSET[f.name].format(c=c) if f.name in _KEEP_IF_UNSET else f"u.{c}")
             for f, c in zip(fields, ucols, strict=True)
         ]
-        params += [[u[0] for u in updates], [u[1].seq for u in updates], [",".join(u[1].expect) for u in updates]]
-        params += [[self.prep(f, u.values[f.name]) for _, u in updates] for f in fields]
         return [
             f"upd AS (UPDATE {CP_TABLE} cp SET {', '.join(usets)} FROM unnest(%s::varchar[], %s::integer[], "
             f"%s::text[], {', '.join(self.array(f) for f in fields)}) AS u(u_run, u_seq, u_expect, {', '.join(ucols)}) "
             f"WHERE cp.{q('run_id')} = u.u_run AND cp.{q('seq')} = u.u_seq "
-            f"AND cp.{q('status')} = ANY(string_to_array(u.u_expect, ',')) "
-            f"AND u.u_run IN (SELECT {q('id')} FROM lease))"
+            f"AND cp.{q('status')} = ANY(string_to_array(u.u_expect, ',')) AND {written})"
         ]

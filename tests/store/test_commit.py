@@ -449,3 +449,32 @@ def test_a_run_that_ends_after_taking_a_signal_wakes_the_runs_that_wait_on_it(st
     assert woken(result, outcome) == ["w1"]
     assert store.get_run("w1").wake_at == at(6)
     assert probe.waiters("r1") == [] and probe.waiters("w1") == [(RUN_TOKEN + "r1", 1, None)]
+
+
+@pytest.mark.parametrize("rows", [40, 3000])
+def test_a_commit_of_a_large_fan_out_writes_every_row_once(store: Any, rows: int) -> None:
+    """Past a few dozen rows a commit writes its checkpoints from arrays (PostgreSQL): the same rows.
+
+    3,000 steps of about 25 columns each are more parameters than one
+    statement may have when each row has its own.
+    """
+    running(store, "r1")
+    created = [step(seq, input={"args": [seq], "kwargs": {}}, queue_key=f"k{seq % 3}") for seq in range(1, rows + 1)]
+    assert written(store.commit("r1", OWNER, T0, LEASE, creates(*created)))
+    cps = store.load_checkpoints("r1")
+    assert [cps[seq] for seq in range(1, rows + 1)] == created
+    store.finish_step("r1", 2, at(2), output="landed")
+    cancelled = dict(status=CheckpointStatus.FAILED, error=ERROR, finished_at=at(3))
+    writes = TurnWrites(
+        checkpoints=[
+            CheckpointWrite(step(seq, **cancelled), create=False, expect=("pending", "running"))
+            for seq in range(1, rows + 1)
+        ]
+    )
+    assert not written(store.commit("r1", OTHER, at(3), at(33), writes))  # not the holder: nothing at all
+    assert store.load_checkpoints("r1")[rows].status == "pending"
+    assert written(store.commit("r1", OWNER, at(3), at(33), writes))
+    cps = store.load_checkpoints("r1")
+    assert [cps[seq].status for seq in range(1, rows + 1)].count("failed") == rows - 1
+    assert (cps[2].status, cps[2].output) == ("completed", "landed")  # a settled one wins
+    assert (cps[rows].error, cps[rows].finished_at, cps[rows].input) == (ERROR, at(3), {"args": [rows], "kwargs": {}})
