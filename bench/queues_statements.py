@@ -9,7 +9,9 @@ up, a ``VACUUM (ANALYZE)``, the statistics reset, then ``--runs`` runs of
 100 dispatched steps. Reported per queue: steps/s, the server's execution
 time of every statement of the measurement, and its most expensive
 statements (calls, total and mean ms, shared buffers hit per call, WAL
-records). A step's result is the statement that begins ``WITH old AS`` (or
+records). ``--inline THREADS``: the same in this process, the steps on
+``THREADS`` threads of the in-process transport (as ``python -m bench.queues``
+measures its first throughput). A step's result is the statement that begins ``WITH old AS`` (or
 ``WITH RECURSIVE old AS`` when it also reads a limited queue). One
 measurement each, not pairs: what it shows is where a queue limit spends its
 server time, not a ratio. The report (JSON) goes to standard output and to
@@ -19,6 +21,7 @@ server time, not a ratio. The report (JSON) goes to standard output and to
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from datetime import UTC, datetime
@@ -40,16 +43,21 @@ FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname 
 COLUMNS = ("calls", "total_ms", "mean_ms", "buffers_per_call", "wal_records", "statement")
 
 
-def _measure(queue: str, runs: int, top: int) -> dict[str, Any]:
+def _measure(queue: str, runs: int, top: int, inline: int) -> dict[str, Any]:
     from django.db import connection
 
     from bench import queues_celery
 
-    queues_celery.throughput(queue, 5, 100, tag="warm-")
+    def measure(count: int, tag: str) -> dict[str, Any]:
+        if inline:
+            return bq.throughput(queue, count, 100, inline, tag=tag)
+        return queues_celery.throughput(queue, count, 100, tag=tag)
+
+    measure(5, "warm-")
     bq.vacuum()
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_stat_statements_reset()")
-    result = queues_celery.throughput(queue, runs, 100, tag="pss-")
+    result = measure(runs, "pss-")
     with connection.cursor() as cursor:
         cursor.execute(TOP, [top])
         statements = [dict(zip(COLUMNS, row, strict=True)) for row in cursor.fetchall()]
@@ -63,6 +71,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=20)
     parser.add_argument("--top", type=int, default=8, help="statements listed per queue")
     parser.add_argument("--out", default="bench/results")
+    parser.add_argument(
+        "--inline", type=int, default=0, metavar="THREADS", help="in this process on THREADS threads, not on Celery"
+    )
     args = parser.parse_args()
     started = datetime.now(UTC)
     bq.prepare()
@@ -77,10 +88,11 @@ def main() -> None:
     from bench.conditions import machine, write_result
 
     report: dict[str, Any] = {"machine": machine(bq.DB, queues_celery.BROKER, bq._code(), private=False)}
-    with queues_celery.Worker(4):
+    report["executor"] = f"in this process, {args.inline} threads" if args.inline else "celery worker -c 4"
+    with contextlib.nullcontext() if args.inline else queues_celery.Worker(4):
         for queue in ("bq_free", "bq_limited"):
             bq.vacuum()
-            report[queue] = _measure(queue, args.runs, args.top)
+            report[queue] = _measure(queue, args.runs, args.top, args.inline)
     json.dump(report, sys.stdout, indent=2)
     sys.stdout.write("\n")
     sys.stderr.write(f"written to {write_result(args.out, 'queues-statements-', started, report)}\n")

@@ -1,9 +1,9 @@
 """Benchmark: what a turn costs as a run's history grows (a benchmark, not a timed test).
 
     python -m bench.resume                                   # PostgreSQL database bench_resume, dropped and made again
-    python -m bench.resume --sizes 10,200 --dispatch 10,50 --reps 3   # a quick try
+    python -m bench.resume --sizes 10,200 --dispatch 10,50 --fanout 10,200 --reps 3   # a quick try
 
-Two figures, each in paired repetitions (every repetition measures every
+Three figures, each in paired repetitions (every repetition measures every
 size back to back, and the ratio is taken within the repetition; the
 report gives the median of those ratios beside the ratio of the medians):
 
@@ -20,6 +20,11 @@ report gives the median of those ratios beside the ratio of the medians):
    its delivered message (claim, run, result, and the run's next turn
    inline); the figure is the mean cost per step. Target: within 25% between
    10 and 1,000 steps.
+3. **Fan-out**: a run of one ``ctx.gather`` over ``--fanout`` dispatched
+   steps: the turn that dispatches them all, each step executed as a
+   delivered message, and the turns their results wake (``turns``: the run's
+   turns in all); the figure is the mean cost per step, which should not grow
+   with the fan-out.
 
 Each repetition records the load average; a repetition at a load above the
 machine's cores is flagged and ``"noisy": true`` is written. The result goes
@@ -73,6 +78,10 @@ def _register() -> None:
     @durable.workflow(name="br.steps")
     def steps(ctx: Any, n: int) -> int:
         return sum(ctx.step(work, i)["i"] for i in range(n))
+
+    @durable.workflow(name="br.fan")
+    def fan(ctx: Any, n: int) -> int:
+        return sum(out["i"] for out in ctx.gather(*(durable.call(work, i) for i in range(n))))
 
 
 def _settings(cache: bool) -> dict[str, Any]:
@@ -155,6 +164,27 @@ def _time_dispatched(n: int, tag: str) -> float:
     return seconds / n
 
 
+def _time_fanout(n: int, tag: str, turns: dict[int, int]) -> float:
+    """Seconds per step of a ``ctx.gather`` of ``n`` dispatched steps: the turn that dispatches them, each
+    step executed here as a delivered message, and the turns their results wake (``turns[n]``: how many)."""
+    import durable
+    from durable.models import Run
+    from durable.runtime import get_engine
+
+    engine = get_engine()
+    run_id = durable.start("br.fan", n, run_id=f"fan-{n}-{tag}")
+    started = time.perf_counter()
+    engine.run_turn(run_id)
+    for seq in range(1, n + 1):
+        engine.execute_step(run_id, seq)  # the result that wakes the run runs its next turn inline
+    seconds = time.perf_counter() - started
+    run = Run.objects.get(id=run_id)
+    if run.status != "completed" or run.output != n * (n - 1) // 2:
+        raise SystemExit(f"{run_id}: ended {run.status}")
+    turns[n] = run.turns
+    return seconds / n
+
+
 def _paired(reps: list[dict[int, float]], base: int) -> dict[str, Any]:
     """Per size: median ms, and its ratio to ``base`` (median of per-repetition ratios, and of medians)."""
     out: dict[str, Any] = {}
@@ -197,6 +227,18 @@ def dispatched(sizes: list[int], reps: int, loads: list[float]) -> dict[str, Any
     return _paired(measured, sizes[0])
 
 
+def fanout(sizes: list[int], reps: int, loads: list[float]) -> dict[str, Any]:
+    from django.test import override_settings
+
+    measured = []
+    turns: dict[int, int] = {}
+    with override_settings(DURABLE=_settings(True)):
+        for rep in range(reps):
+            loads.append(os.getloadavg()[0])
+            measured.append({n: _time_fanout(n, str(rep), turns) for n in sizes})
+    return {**_paired(measured, sizes[0]), "turns": {str(n): turns[n] for n in sizes}}
+
+
 def _sizes(text: str) -> list[int]:
     return [int(part) for part in text.split(",") if part]
 
@@ -205,6 +247,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", type=_sizes, default=[10, 1000, 5000], help="history sizes of the resume figure")
     parser.add_argument("--dispatch", type=_sizes, default=[10, 100, 1000], help="steps per run, dispatched figure")
+    parser.add_argument("--fanout", type=_sizes, default=[10, 100, 1000, 3000], help="steps of one ctx.gather")
     parser.add_argument("--reps", type=int, default=7)
     args = parser.parse_args()
     _recreate_database()
@@ -220,6 +263,7 @@ def main() -> None:
     report: dict[str, Any] = {
         "resume": resume(args.sizes, args.reps, loads),
         "dispatched_per_step": dispatched(args.dispatch, args.reps, loads),
+        "fanout_per_step": fanout(args.fanout, args.reps, loads),
     }
     cores = os.cpu_count() or 1
     report["load"] = {"per_repetition": loads, "cores": cores}
