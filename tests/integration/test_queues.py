@@ -108,6 +108,13 @@ def test_celery_workers_never_run_more_than_the_concurrency_nor_two_of_one_key(c
     _assert_limits_held(conc, keyed)
     assert len({row["pid"] for row in conc}) == 2  # both workers took part
     assert not Checkpoint.objects.filter(run_id__in=runs).exclude(admission="admitted").exists()
+    _assert_each_fan_out_woken_once(runs)
+
+
+def _assert_each_fan_out_woken_once(runs: list[str]) -> None:
+    """Two turns a run: the one that dispatched its gather, and the one its last result woke."""
+    turns = list(Run.objects.filter(id__in=runs).values_list("turns", flat=True))
+    assert (len(turns), set(turns)) == (len(runs), {2})
 
 
 def _spawn_durable_worker(cluster: Cluster, name: str) -> Proc:
@@ -133,6 +140,7 @@ def test_durable_workers_without_celery_never_run_more_than_the_concurrency_nor_
     conc, keyed = executions("iq_conc"), executions("iq_key")
     _assert_limits_held(conc, keyed)
     assert len({row["pid"] for row in conc + keyed}) == 2
+    _assert_each_fan_out_woken_once(runs)
 
 
 @pytest.mark.durable_settings(QUEUES=QUEUES)

@@ -51,6 +51,16 @@ def test_a_duplicate_result_is_not_counted_and_the_last_one_still_re_drives(stor
     assert store.load_checkpoints("r1")[2].output == 2
 
 
+def test_a_re_delivered_settled_step_wakes_only_a_run_whose_steps_all_landed(store: Any) -> None:
+    suspended(store, "r1", step(1), step(2))
+    assert not store.finish_step("r1", 1, at(2), output=1)
+    assert not store.poke_if_settled("r1", 1, at(3))  # step 2 is still out: its result wakes the run
+    assert store.get_run("r1").wake_at == at(300)
+    assert store.finish_step("r1", 2, at(4), output=2)
+    assert store.poke_if_settled("r1", 2, at(5))  # all landed: re-drives a resume that may be lost
+    assert store.get_run("r1").wake_at == at(5)
+
+
 def test_a_retried_attempt_is_not_counted(store: Any) -> None:
     suspended(store, "r1", step(1), step(2))
     assert store.claim_step("r1", 1, OWNER, at(1), at(61)) is not None

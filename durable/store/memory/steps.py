@@ -177,7 +177,10 @@ class StepsPart(MemoryBase):
     @atomically
     def poke_if_settled(self, run_id: str, seq: int, now: datetime) -> bool:
         cp = self._checkpoint(run_id, seq)
-        return cp is not None and cp["status"] in SETTLED and bool(self._wake([run_id], now))
+        if cp is None or cp["status"] not in SETTLED:
+            return False
+        awaiting = self.tables.runs[run_id]["awaiting_steps"]
+        return (awaiting is None or awaiting <= 0) and bool(self._wake([run_id], now))  # else its last result wakes it
 
     @atomically
     def poke(self, run_id: str, now: datetime) -> bool:

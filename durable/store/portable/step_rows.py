@@ -7,7 +7,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, Q, Value, When
 
 from durable.engine.plan_queues import AdmissionRead, claimable
 from durable.engine.plan_steps import StepClaimPlan, StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
@@ -199,8 +199,14 @@ class StepRows(StoreBase):
         return self.acquire(run_id, owner, now, lease_until)
 
     def poke_if_settled(self, run_id: str, seq: int, now: datetime) -> bool:
-        settled = Checkpoint.objects.filter(run_id=run_id, seq=seq, status__in=SETTLED).exists()
-        return settled and self.poke(run_id, now)
+        """Wake the run for a step found settled (a re-delivery whose resume may have been lost).
+
+        Not while the run still counts steps it waits on: its last result wakes it.
+        """
+        if not Checkpoint.objects.filter(run_id=run_id, seq=seq, status__in=SETTLED).exists():
+            return False
+        counted_out = Q(awaiting_steps__isnull=True) | Q(awaiting_steps__lte=0)
+        return bool(Run.objects.filter(counted_out, id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now))
 
     def poke(self, run_id: str, now: datetime) -> bool:
         return bool(Run.objects.filter(id=run_id, status=RunStatus.SUSPENDED).update(wake_at=now))
