@@ -129,9 +129,10 @@ def test_duplicate_step_deliveries_keep_one_checkpoint_and_resume_once(cluster, 
 
     * while the step is still running elsewhere: the duplicate finds nothing to claim;
     * after the result landed, while the run waits on its next step: nothing runs
-      again, the result is not rewritten, the run only re-checks (no second resume);
+      again, the result is not rewritten, and the run is not woken (it counts the
+      one step it waits on, which has no result yet);
     * a second *result* for the settled step (a step that physically ran twice):
-      dropped, the first output stays;
+      dropped, the first output stays, the run not woken;
     * after the run completed: ignored.
     """
     from durable import runtime
@@ -163,7 +164,8 @@ def test_duplicate_step_deliveries_keep_one_checkpoint_and_resume_once(cluster, 
     # A second result for step 1, as a worker that ran it twice would report it.
     first = Checkpoint.objects.get(run_id=run, seq=1)
     woke = store.finish_step(run, 1, runtime.now(), output=-1)
-    assert woke is True  # the run was waiting: the duplicate re-drives it (it just re-checks)
+    assert woke is False  # the run waits on step 2: nothing to re-drive
+    assert Run.objects.get(id=run).status == "suspended"
     assert Checkpoint.objects.get(run_id=run, seq=1).output == first.output == 4
 
     gate2.touch()
