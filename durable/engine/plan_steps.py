@@ -96,7 +96,15 @@ class StepResultPlan:
         """
         left = None if awaiting is None else awaiting - int(settled)
         failure = self.sets.get("status") != CheckpointStatus.COMPLETED
-        return (self.wake and (left is None or left <= 0 or failure)), left
+        return (self.wake and (counted_out(left) or failure)), left
+
+
+def counted_out(awaiting: int | None) -> bool:
+    """May anything wake a run that waits on ``awaiting`` steps? Yes unless it still counts some out.
+
+    ``None``: the suspension does not count its steps, so every result may wake it.
+    """
+    return awaiting is None or awaiting <= 0
 
 
 def plan_step_result(

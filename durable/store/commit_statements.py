@@ -158,12 +158,13 @@ class CommitStatements:
         ctes = [f"lease AS ({cas})"]
         if len(plan.updates) > _INLINE_ROWS:
             ctes += self._updates_text(_LEASE_WROTE)
-        for i, u in enumerate(plan.updates if len(plan.updates) <= _INLINE_ROWS else ()):
-            cols = ", ".join(f"{col(CP_FIELD[name])} = {self.param(CP_FIELD[name])}" for name in u.written())
-            ctes.append(
-                f"u{i} AS (UPDATE {CP_TABLE} SET {cols} WHERE {q('run_id')} = %s AND {q('seq')} = %s "
-                f"AND {q('status')} = ANY(%s) AND EXISTS (SELECT 1 FROM lease))"
-            )
+        else:
+            for i, u in enumerate(plan.updates):
+                cols = ", ".join(f"{col(CP_FIELD[name])} = {self.param(CP_FIELD[name])}" for name in u.written())
+                ctes.append(
+                    f"u{i} AS (UPDATE {CP_TABLE} SET {cols} WHERE {q('run_id')} = %s AND {q('seq')} = %s "
+                    f"AND {q('status')} = ANY(%s) AND {_LEASE_WROTE})"
+                )
         if len(plan.inserts) > _INLINE_ROWS:
             ctes += self._inserts_text(_LEASE_WROTE)
         elif plan.inserts:

@@ -7,7 +7,13 @@ from datetime import datetime
 from typing import Any
 
 from durable.engine.plan_queues import AdmissionRead, claimable
-from durable.engine.plan_steps import StepResultPlan, plan_step_claim, plan_step_lapse, plan_step_result
+from durable.engine.plan_steps import (
+    StepResultPlan,
+    counted_out,
+    plan_step_claim,
+    plan_step_lapse,
+    plan_step_result,
+)
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.engine.vocab import SETTLED, Admission, CheckpointStatus, RunStatus
 from durable.store.memory.base import MemoryBase, atomically
@@ -179,8 +185,8 @@ class StepsPart(MemoryBase):
         cp = self._checkpoint(run_id, seq)
         if cp is None or cp["status"] not in SETTLED:
             return False
-        awaiting = self.tables.runs[run_id]["awaiting_steps"]
-        return (awaiting is None or awaiting <= 0) and bool(self._wake([run_id], now))  # else its last result wakes it
+        # While the run still counts steps out, its last result wakes it.
+        return counted_out(self.tables.runs[run_id]["awaiting_steps"]) and bool(self._wake([run_id], now))
 
     @atomically
     def poke(self, run_id: str, now: datetime) -> bool:
