@@ -34,6 +34,7 @@ SELECT calls, round(total_exec_time::numeric, 1)::float, round(mean_exec_time::n
        round(shared_blks_hit::numeric / calls, 1)::float, wal_records,
        left(regexp_replace(query, '\\s+', ' ', 'g'), 100)
 FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND calls > 0  -- with track_planning, a statement planned and not yet run has none
 ORDER BY total_exec_time DESC LIMIT %s
 """
 TOTAL = """

@@ -80,13 +80,19 @@ def test_results_grant_nothing_while_granted_steps_wait_then_one_statement_grant
         first = granted()
         assert len(first) == 8
         grants_after: list[tuple[int, int]] = []
+        reads: list[str] = []
         for seq in first:
             with _statements() as statements:
                 engine.execute_step(run_id, seq)  # as a worker runs the delivered message
             grants_after.append((len(granted()), sum(GRANT in sql for sql, _ in statements)))
+            (result,) = [sql for sql, _ in statements if sql.startswith("WITH RECURSIVE old")]
+            reads.append("backlog" if "grp AS (" in result else "count")
         # Results 1-6 leave 7, 6... 2 granted steps unstarted: no grant. The 7th sees one: it grants
         # the 4 steps still waiting (room for 7) in one statement; the 8th finds nothing waiting.
         assert grants_after == [(8, 0)] * 6 + [(12, 1), (12, 0)]
+        # The first result reads in full; after it left its slot, the next ones read the count
+        # alone, the 7th finds too few waiting to start and admits; the 8th reads in full again.
+        assert reads == ["backlog"] + ["count"] * 6 + ["backlog"]
         rest = sorted(set(granted()) - set(first))
         for seq in rest:
             engine.execute_step(run_id, seq)

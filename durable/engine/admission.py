@@ -61,6 +61,19 @@ class Admitters:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._again: dict[str, bool] = {}  # queues with a pass running -> asked again meanwhile
+        # Queues whose last result read here left its slot: the next result reads only the count.
+        self._busy_reads: set[str] = set()
+
+    def reads_busy(self, queue: str) -> bool:
+        """Did the last result of ``queue`` read here leave its slot (so the next may read the count only)?"""
+        return queue in self._busy_reads
+
+    def read_left(self, queue: str, left: bool) -> None:
+        """Note whether a result of ``queue`` left its slot (a hint only: any answer is safe)."""
+        if left:
+            self._busy_reads.add(queue)
+        else:
+            self._busy_reads.discard(queue)
 
     def busy(self, queue: str) -> bool:
         """Is a pass of ``queue`` running here now (a request would only be left to it)?"""
@@ -144,7 +157,7 @@ def read_request(engine: Engine, queue: str | None) -> AdmissionRead | None:
     """
     if queue is None or not limited(engine, queue) or engine.admitters.busy(queue) or _leave_here(engine, queue):
         return None
-    return AdmissionRead(_plan(engine, queue))
+    return AdmissionRead(_plan(engine, queue), count_only=engine.admitters.reads_busy(queue))
 
 
 def _leave_here(engine: Engine, queue: str) -> bool:
@@ -181,8 +194,11 @@ def after_result(engine: Engine, queue: str | None, read: AdmissionRead | None) 
         return  # no statement: a step queued here admits after its own result (_leave_here)
     if read is not None and read.seen is not None:
         if read.seen.nothing_waits(read.plan):
+            engine.admitters.read_left(queue, False)
             return  # no statement: nothing waits that this slot could take (durable.store.queue_statements)
-        if read.seen.leaves_slot(read.plan):
+        left = read.seen.leaves_slot(read.plan)
+        engine.admitters.read_left(queue, left)
+        if left:
             return  # no statement: later results admit in a batch (QueueSeen.leaves_slot)
     if read is None or read.seen is None or not read.seen.candidates:
         admit_next(engine, [queue])

@@ -235,11 +235,15 @@ class AdmissionRead:
 
     A store that cannot, or a write that did not settle the step, leaves
     ``seen`` None: the admission then reads under the queue row's lock as
-    usual.
+    usual. ``count_only``: the queue is busy (its last result here left its
+    slot), so only what :meth:`QueueSeen.leaves_slot` needs is read; a
+    ``seen`` so read has no candidates and is never fresh, so a result that
+    does not leave its slot admits with reads of its own.
     """
 
-    def __init__(self, plan: QueueAdmissionPlan) -> None:
+    def __init__(self, plan: QueueAdmissionPlan, count_only: bool = False) -> None:
         self.plan = plan
+        self.count_only = count_only
         self.seen: QueueSeen | None = None
 
 

@@ -35,7 +35,12 @@ free. If the commit rewrote the row first, the result's lock waits for it,
 or finds the row newer than its snapshot: either way the locked version
 differs from the snapshot's (``fresh`` false) and the result admits under
 the lock as before. So ``fresh`` with room and no candidate proves that
-nothing waits that this slot could take (:func:`durable.engine.admission.after_result`)."""
+nothing waits that this slot could take (:func:`durable.engine.admission.after_result`).
+
+A busy queue's result may carry its short read alone (:func:`count_read`):
+it only ever decides that the result leaves its slot, which needs no lock
+(see :meth:`~durable.engine.plan_queues.QueueSeen.leaves_slot`); any other
+answer sends the result to an admission that reads for itself."""
 
 from __future__ import annotations
 
@@ -237,10 +242,38 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
     return ", ".join(ctes), select
 
 
+def count_read() -> tuple[str, str]:
+    """A step result's read of a busy queue: its short read alone (:func:`_leaving`), the backlog unread.
+
+    For a queue whose results leave their slots (its workers are behind):
+    only the unstarted steps are counted, up to the leave threshold, with the
+    queue row's paused and overrides; nothing is locked (whether a result
+    leaves its slot depends on no version of the row). A statement that
+    carries it is planned and run as a plain result is, plus those probes,
+    where the full read (:func:`admit_read`) costs its whole plan on every
+    result. Params: queue, leave_min, leave_share, concurrency, now, run_id,
+    seq, active. One row: paused, overrides, whether the result leaves its
+    slot, and the unstarted steps counted (0 when it does not).
+    """
+    mine = f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) "
+    ctes = [
+        f"lk AS (SELECT {q('paused')}, {q('overrides')} FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s)",
+        *_leaving(mine),
+    ]
+    select = (
+        f"SELECT lk.{q('paused')}, lk.{q('overrides')}::text, (SELECT s FROM short), "
+        f"CASE WHEN (SELECT s FROM short) THEN (SELECT u FROM ahead) ELSE 0 END FROM lk"
+    )
+    return ", ".join(ctes), select
+
+
 _READ_CTES, _READ_SELECT = admit_read(locked=True)
 _RESULT_CTES, RESULT_READ_SELECT = admit_read(locked=False)
 # The read that rides in a step result's statement (see :func:`admit_read`), positional.
 RESULT_READ_CTES, RESULT_READ_PARAMS = positional(_RESULT_CTES)
+_COUNT_CTES, RESULT_COUNT_SELECT = count_read()
+# A busy queue's result reads only its short read (see :func:`count_read`), positional.
+RESULT_COUNT_CTES, RESULT_COUNT_PARAMS = positional(_COUNT_CTES)
 # The read of an admission under the queue row's lock (see :func:`admit_read`).
 PG_ADMIT_READ, PG_ADMIT_READ_PARAMS = positional(f"WITH RECURSIVE {_READ_CTES} {_READ_SELECT}")
 # An admission's first read, taking no lock (see :func:`admit_read`).

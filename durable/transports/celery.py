@@ -47,7 +47,10 @@ SWEEP_ENTRY = "durable-sweep"
 # than one, so a second of clock skew between beat and the worker does not expire every sweep.
 SWEEP_EXPIRES_INTERVALS = 2
 # Tasks a worker process runs on one database connection (unless CELERY_DB_REUSE_MAX is set).
-DB_REUSE_MAX = 100
+# A new connection prepares every statement again, and PostgreSQL plans the first five runs of
+# each one per call: at 100 tasks a connection, that planning cost a limited queue's steps a
+# fifth of their throughput (docs/benchmarks.md). Django's CONN_MAX_AGE still bounds its age.
+DB_REUSE_MAX = 1000
 
 
 class CeleryTransport(Transport):

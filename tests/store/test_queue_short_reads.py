@@ -7,7 +7,9 @@ worker has started, a result leaves its freed slot to a later result
 such steps and reads neither the other holders nor the backlog: these tests
 check that the short read says exactly what the decision needs, that it is
 taken only when the decision is to leave, and that a full read is what a
-result gets otherwise.
+result gets otherwise. A busy queue's result may read the count alone
+(``AdmissionRead.count_only``): the same decision, from a statement that
+reads nothing else.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from durable.engine.plan_queues import leave_threshold
+from durable.engine.plan_queues import AdmissionRead, QueueLimits, leave_threshold, plan_queue_admission
 from durable.store import factory
 from tests.store.conftest import OWNER, at
 from tests.store.test_queues import _finish_reading, admit, enqueue, waiting
@@ -93,3 +95,45 @@ def test_steps_granted_to_a_run_that_is_over_do_not_count_as_waiting_to_start(st
     assert read.seen is not None
     assert (read.seen.unstarted, dict(read.seen.held_by_key), read.seen.wanted) == (0, {}, 4)
     assert [c.seq for c in read.seen.candidates if c.run_id == "r1"] == [2, 3, 4, 5]
+
+
+def test_a_count_read_leaves_the_slot_exactly_when_the_full_read_would(store: Any) -> None:
+    _granted(store, concurrency=12, started=0)  # 11 granted and not started; the threshold is 3
+    read = _finish_reading(store, 1, 6, count_only=True, concurrency=12)
+    assert read.seen is not None
+    assert read.seen.unstarted == leave_threshold(12) == 3
+    assert (read.seen.candidates, read.seen.wanted, read.seen.fresh) == ((), 0, False)
+    assert read.seen.leaves_slot(read.plan)
+    assert not read.seen.nothing_waits(read.plan)
+
+
+def test_a_count_read_below_the_threshold_says_only_that_the_result_must_admit(store: Any) -> None:
+    _granted(store, concurrency=12, started=9)  # 2 granted and not started, under the threshold of 3
+    read = _finish_reading(store, 1, 6, count_only=True, concurrency=12)
+    assert read.seen is not None
+    assert (read.seen.unstarted, read.seen.candidates, read.seen.fresh) == (0, (), False)
+    assert not read.seen.leaves_slot(read.plan)
+    assert not read.seen.nothing_waits(read.plan)  # never proof that nothing waits: the result admits
+    granted = store.admit_steps(read.plan).grants  # the admission it asks for reads for itself
+    assert [g.seq for g in granted] == [13]
+
+
+def test_a_count_read_follows_the_stored_override_and_the_pause(store: Any) -> None:
+    _granted(store, concurrency=4, started=0)  # 3 granted and not started
+    store.configure_queue("q", at(5), overrides={"concurrency": 4})  # in force: 4, threshold 2
+    read = _finish_reading(store, 1, 6, count_only=True, concurrency=40)
+    assert read.seen is not None and read.seen.unstarted == 2 and read.seen.leaves_slot(read.plan)
+    store.configure_queue("q", at(7), paused=True)
+    read = _finish_reading(store, 2, 8, count_only=True, concurrency=40)
+    assert read.seen is not None and read.seen.paused
+    assert not read.seen.leaves_slot(read.plan)
+
+
+def test_a_count_read_of_a_queue_never_stored_leaves_nothing(store: Any) -> None:
+    enqueue(store, "r1", waiting(1, arrived=1))
+    store.claim_step("r1", 1, OWNER, at(5), at(65))  # admitted by hand: no admission wrote the queue row
+    read = AdmissionRead(plan_queue_admission("nowhere", at(6), QueueLimits(concurrency=4), 60, 100), True)
+    store.finish_step("r1", 1, at(6), output=1, admission=read)
+    assert read.seen is not None
+    assert (read.seen.paused, read.seen.unstarted, dict(read.seen.overrides)) == (False, 0, {})
+    assert not read.seen.leaves_slot(read.plan)

@@ -193,9 +193,10 @@ def test_queue_stats_count_running_waiting_and_admissions_of_the_last_minute(sto
     assert store.queue_stats("other", T0).running == 0
 
 
-def _finish_reading(store: Any, seq: int, now: float, **limits: Any) -> Any:
+def _finish_reading(store: Any, seq: int, now: float, count_only: bool = False, **limits: Any) -> Any:
     """Step ``seq`` of r1 settled by a result that also reads its queue (a store may fill ``read.seen``)."""
-    read = AdmissionRead(plan_queue_admission("q", at(now), QueueLimits(**limits), LEASE, 100))
+    plan = plan_queue_admission("q", at(now), QueueLimits(**limits), LEASE, 100)
+    read = AdmissionRead(plan, count_only=count_only)
     claim = store.claim_step("r1", seq, OWNER, at(now), at(now + 60))
     assert claim is not None
     store.finish_step("r1", seq, at(now), output=seq, admission=read)

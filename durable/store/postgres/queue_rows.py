@@ -61,6 +61,17 @@ def to_seen(rows: Sequence[Sequence[Any]]) -> QueueSeen:
     return QueueSeen(version, paused, overrides, rate_next_at, by_key, wanted, candidates, bool(fresh), int(unstarted))
 
 
+def counted(row: Sequence[Any]) -> QueueSeen:
+    """A :class:`QueueSeen` from a busy queue's count read (:func:`~durable.store.queue_statements.count_read`).
+
+    Enough for :meth:`QueueSeen.leaves_slot` only: no candidate, no room,
+    never fresh (so never proof that nothing waits). A missing queue row
+    reads as not paused, with no overrides and nothing counted.
+    """
+    paused, overrides, _, unstarted = row[:4]
+    return QueueSeen("", bool(paused), _json(overrides) or {}, None, {}, 0, (), False, int(unstarted or 0))
+
+
 class PostgresQueues(PostgresBase, QueueRows):
     """Admission of limited queues in the statements of :mod:`durable.store.queue_statements`."""
 

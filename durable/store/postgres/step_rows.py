@@ -13,10 +13,23 @@ from durable.engine.plan_steps import StepClaimPlan, StepResultPlan, plan_step_r
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.store.portable.step_rows import StepRows
 from durable.store.postgres.base import PostgresBase
-from durable.store.postgres.queue_rows import read_params, to_seen
+from durable.store.postgres.queue_rows import counted, read_params, to_seen
 from durable.store.postgres.rows import to_run
-from durable.store.queue_statements import RESULT_READ_CTES, RESULT_READ_PARAMS, RESULT_READ_SELECT
+from durable.store.queue_statements import (
+    RESULT_COUNT_CTES,
+    RESULT_COUNT_PARAMS,
+    RESULT_COUNT_SELECT,
+    RESULT_READ_CTES,
+    RESULT_READ_PARAMS,
+    RESULT_READ_SELECT,
+)
 from durable.store.statements import CP_FIELD, PG_CLAIM_STEP, PG_SET_STEP_TIMEOUT, RUN_COLUMNS, RUN_FIELD
+
+# The read a step result carries: the full one, or a busy queue's count alone (AdmissionRead.count_only).
+_READS = {
+    False: (RESULT_READ_CTES, RESULT_READ_SELECT, RESULT_READ_PARAMS),
+    True: (RESULT_COUNT_CTES, RESULT_COUNT_SELECT, RESULT_COUNT_PARAMS),
+}
 
 
 class PostgresSteps(PostgresBase, StepRows):
@@ -52,8 +65,9 @@ class PostgresSteps(PostgresBase, StepRows):
         params = self._statements.finish_step_params(plan)
         ride = None
         if read is not None:
-            ride = (RESULT_READ_CTES, RESULT_READ_SELECT)
-            params += read_params(read.plan, RESULT_READ_PARAMS, run_id=plan.run_id, seq=plan.seq)
+            ctes, select, names = _READS[read.count_only]
+            ride = (ctes, select)
+            params += read_params(read.plan, names, run_id=plan.run_id, seq=plan.seq)
         # A woken run (not one this process takes) is announced to the listening workers.
         notify = not take and self._notifying()
         rows = self._execute(self._statements.finish_step(take, plan.claim is not None, notify, ride), params)
@@ -63,7 +77,8 @@ class PostgresSteps(PostgresBase, StepRows):
         if read is not None:
             width = len(RUN_COLUMNS)
             if run[width]:  # settled by this statement: its slot is free in what the read counted
-                read.seen = to_seen([row[width + 3 :] for row in rows])
+                found = [row[width + 3 :] for row in rows]
+                read.seen = counted(found[0]) if read.count_only else to_seen(found)
             run = run[:width]
         if plan.take is None or not woken:
             return bool(woken), None
