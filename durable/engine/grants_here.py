@@ -32,25 +32,38 @@ class GrantsHere:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._steps: dict[tuple[str, int], tuple[str, datetime]] = {}
+        self._counts: dict[str, int] = {}  # entries by queue: asked of every result, kept as they change
+        self._next_lapse: datetime | None = None  # no entry lapses before it (None: no entry)
 
     def add(self, queue: str, run_id: str, seq: int, until: datetime) -> None:
         """Step ``seq`` of ``run_id`` was granted in ``queue`` until ``until`` and is about to be queued here."""
         with self._lock:
+            self._drop((run_id, seq))
             self._steps[(run_id, seq)] = (queue, until)
+            self._counts[queue] = self._counts.get(queue, 0) + 1
+            if self._next_lapse is None or until < self._next_lapse:
+                self._next_lapse = until
 
     def begin(self, run_id: str, seq: int) -> None:
         """The step begins here (or was not queued after all): it no longer counts."""
         if not self._steps:
             return  # the common case, read without the lock: an entry is added before its step is queued
         with self._lock:
-            self._steps.pop((run_id, seq), None)
+            self._drop((run_id, seq))
 
     def queued(self, queue: str, now: datetime) -> int:
         """How many granted steps of ``queue`` wait here to begin (entries lapsed by ``now`` are dropped)."""
         if not self._steps:
             return 0
         with self._lock:
-            lapsed = [step for step, (_, until) in self._steps.items() if until <= now]
-            for step in lapsed:
-                del self._steps[step]
-            return sum(1 for name, _ in self._steps.values() if name == queue)
+            if self._next_lapse is not None and self._next_lapse <= now:
+                for step in [step for step, (_, until) in self._steps.items() if until <= now]:
+                    self._drop(step)
+                self._next_lapse = min((until for _, until in self._steps.values()), default=None)
+            return self._counts.get(queue, 0)
+
+    def _drop(self, step: tuple[str, int]) -> None:
+        """Forget ``step`` if it is here (under the lock); a lapse bound it set stays a safe lower bound."""
+        entry = self._steps.pop(step, None)
+        if entry is not None:
+            self._counts[entry[0]] -= 1
