@@ -122,6 +122,9 @@ def admit(engine: Engine, queue: str, read: AdmissionRead | None = None) -> Queu
     plan = _plan(engine, queue)
     now = plan.now
     admitted = engine.store.admit_steps(plan, read.seen if read is not None else None)
+    concurrency = plan.defaults.concurrency
+    if concurrency is not None and len(admitted.grants) >= leave_threshold(concurrency):
+        engine.admitters.read_left(queue, True)  # this batch waits to start: the next results leave their slots
     here = engine.grants_here
     for grant in admitted.grants:
         delay = max((grant.start - now).total_seconds(), 0.0)

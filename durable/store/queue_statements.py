@@ -274,6 +274,8 @@ RESULT_READ_CTES, RESULT_READ_PARAMS = positional(_RESULT_CTES)
 _COUNT_CTES, RESULT_COUNT_SELECT = count_read()
 # A busy queue's result reads only its short read (see :func:`count_read`), positional.
 RESULT_COUNT_CTES, RESULT_COUNT_PARAMS = positional(_COUNT_CTES)
+# The same count on its own: whether an admission that lost its race may leave its slots.
+PG_COUNT_READ, PG_COUNT_READ_PARAMS = positional(f"WITH {_COUNT_CTES} {RESULT_COUNT_SELECT}")
 # The read of an admission under the queue row's lock (see :func:`admit_read`).
 PG_ADMIT_READ, PG_ADMIT_READ_PARAMS = positional(f"WITH RECURSIVE {_READ_CTES} {_READ_SELECT}")
 # An admission's first read, taking no lock (see :func:`admit_read`).

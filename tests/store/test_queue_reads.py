@@ -169,13 +169,17 @@ def test_an_admission_that_another_overtakes_after_its_first_read_grants_under_t
         if sql == PG_ADMIT_PEEK and overtaken is None:  # another admitter grants between this read and its grant
             overtaken = []
             overtaken += [grant.seq for grant in store.admit_steps(_plan(7, concurrency=2)).grants]
+            for seq in overtaken:  # and its steps start at once: no result to come would admit for this one
+                assert store.claim_step("r1", seq, OWNER, at(7), at(67)) is not None
         return rows
 
     monkeypatch.setattr(store, "_execute", spy)
     granted = [grant.seq for grant in store.admit_steps(_plan(7, concurrency=2)).grants]
     assert overtaken == [3, 4]
     assert granted == []  # its choice (3, 4) refused; under the lock: no room left
-    assert executed == ["peek", "peek", "grant", "grant", "locked"]
+    # The overtaker's peek and grant, its steps' two claims, this admission's refused grant, then a
+    # count of the steps granted and not started (none): it reads under the lock.
+    assert executed == ["peek", "peek", "grant", "other", "other", "grant", "other", "locked"]
     assert store.queue_stats("q", at(8)).running == 2
 
 

@@ -137,3 +137,42 @@ def test_a_count_read_of_a_queue_never_stored_leaves_nothing(store: Any) -> None
     assert read.seen is not None
     assert (read.seen.paused, read.seen.unstarted, dict(read.seen.overrides)) == (False, 0, {})
     assert not read.seen.leaves_slot(read.plan)
+
+
+def _racing_grant(store: Any, monkeypatch: Any) -> list[str]:
+    """Make the next peek's grants lose their race: the queue row moves on between the peek and the grant.
+
+    Returns the statements the store runs from then on (their first words).
+    """
+    ran: list[str] = []
+    execute = store._execute
+
+    def spy(sql: str, params: Any) -> Any:
+        ran.append(" ".join(sql.split()[:4]))
+        if sql.startswith("WITH lk AS (SELECT 1") and len(ran) == 2:  # the grant chosen from the peek
+            store.configure_queue("q", at(5))  # another admitter's write: a new row version
+        return execute(sql, params)
+
+    monkeypatch.setattr(store, "_execute", spy)
+    return ran
+
+
+def test_an_admission_that_lost_its_race_leaves_its_slot_while_granted_steps_wait_to_start(
+    store: Any, monkeypatch: Any
+) -> None:
+    _granted(store, concurrency=12, started=0)  # 12 granted, none started: the threshold is 3
+    store.finish_step("r1", 1, at(6), output=1)  # one slot free, 8 steps waiting
+    plan = plan_queue_admission("q", at(6), QueueLimits(concurrency=12), 60, 100)
+    ran = _racing_grant(store, monkeypatch)
+    assert store.admit_steps(plan).grants == ()  # the 11 granted steps' results admit after them
+    assert len(ran) == 3 and "FOR UPDATE" not in " ".join(ran)  # peek, refused grant, count: no locked read
+
+
+def test_an_admission_that_lost_its_race_reads_under_the_lock_when_the_workers_keep_up(
+    store: Any, monkeypatch: Any
+) -> None:
+    _granted(store, concurrency=12, started=10)  # 1 granted and not started, under the threshold of 3
+    store.finish_step("r1", 1, at(6), output=1)
+    plan = plan_queue_admission("q", at(6), QueueLimits(concurrency=12), 60, 100)
+    _racing_grant(store, monkeypatch)
+    assert [g.seq for g in store.admit_steps(plan).grants] == [13]  # granted under the lock

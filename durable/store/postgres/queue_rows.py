@@ -30,6 +30,8 @@ from durable.store.queue_statements import (
     PG_ADMIT_PEEK_PARAMS,
     PG_ADMIT_READ,
     PG_ADMIT_READ_PARAMS,
+    PG_COUNT_READ,
+    PG_COUNT_READ_PARAMS,
 )
 
 # The columns of a read's rows before its candidate's (see queue_statements.admit_read).
@@ -84,8 +86,10 @@ class PostgresQueues(PostgresBase, QueueRows):
         begins after the write that asked for it, so it sees that write's
         freed slot or waiting step) and grants the same way: two statements,
         and the queue row is locked only by the grant's. If the row moved on
-        meanwhile (another admitter granted), or the read is paused or does
-        not match the plan, the admission runs under the lock: one statement
+        meanwhile (another admitter granted), or the read does not match the
+        plan, a count of the steps granted and not started may show that
+        results to come will admit (:meth:`_leaves`): nothing more is done.
+        Otherwise, or when the read is paused, the admission runs under the lock: one statement
         locks the row (created if missing) and reads; when it says its
         snapshot missed a grant, or its room is not the plan's, the portable
         reads count again under the lock; the grants are a second.
@@ -95,9 +99,29 @@ class PostgresQueues(PostgresBase, QueueRows):
             if admitted is not None:
                 return admitted
         rows = self._execute(PG_ADMIT_PEEK, read_params(plan, PG_ADMIT_PEEK_PARAMS))
-        admitted = self._admit_seen(plan, to_seen(rows)) if rows else None
+        seen = to_seen(rows) if rows else None
+        admitted = self._admit_seen(plan, seen) if seen is not None else None
         if admitted is not None:
             return admitted
+        if seen is not None and not seen.paused and self._leaves(plan):
+            return QueueAdmitted(plan.queue)
+        return self._admit_locked(plan)
+
+    def _leaves(self, plan: QueueAdmissionPlan) -> bool:
+        """May an admission whose grants were refused leave its slots? As a result may (``QueueSeen.leaves_slot``).
+
+        Its grants were refused because another admitter granted since its
+        read (or the read did not match the plan). While the leave threshold
+        of the queue's slots is granted to steps no worker has started, each
+        of those steps ends in a result that admits after it, so what this
+        admission would grant is granted by them: one cheap count instead of
+        reading again under the lock.
+        """
+        rows = self._execute(PG_COUNT_READ, read_params(plan, PG_COUNT_READ_PARAMS, run_id="", seq=-1))
+        return bool(rows) and counted(rows[0]).leaves_slot(plan)
+
+    def _admit_locked(self, plan: QueueAdmissionPlan) -> QueueAdmitted:
+        """The admission under the queue row's lock (see :meth:`admit_steps`)."""
         with transaction.atomic():
             rows = self._read(plan)
             if not rows:
