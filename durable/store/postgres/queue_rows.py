@@ -21,6 +21,7 @@ from durable.engine.plan_queues import (
     QueueSeen,
     effective_limits,
 )
+from durable.engine.vocab import ACTIVE
 from durable.models import Queue
 from durable.store.portable.queue_rows import QueueRows
 from durable.store.postgres.base import PostgresBase
@@ -43,8 +44,13 @@ def _json(value: Any) -> Any:
 
 
 def read_params(plan: QueueAdmissionPlan, names: Sequence[str], **more: Any) -> list[Any]:
-    """The parameters of an admission read for ``plan``, in the order ``names`` gives."""
-    values = {"queue": plan.queue, "now": plan.now, "active": list(plan.run_statuses), "batch": plan.batch}
+    """The parameters of an admission read for ``plan``, in the order ``names`` gives.
+
+    The reads name the active run statuses in their text (:data:`~durable.engine.vocab.ACTIVE`).
+    """
+    if plan.run_statuses != ACTIVE:
+        raise ValueError(f"admission reads count runs of the statuses {ACTIVE}, not {plan.run_statuses}")
+    values = {"queue": plan.queue, "now": plan.now, "batch": plan.batch}
     values.update(leave_min=LEAVE_SLOT_MIN, leave_share=LEAVE_SLOT_SHARE)
     values.update(concurrency=plan.defaults.concurrency, **more)
     return [values[name] for name in names]
