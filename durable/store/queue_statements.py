@@ -255,8 +255,8 @@ def count_read() -> tuple[str, str]:
     carries it is planned and run as a plain result is, plus those probes,
     where the full read (:func:`admit_read`) costs its whole plan on every
     result. Params: queue, leave_min, leave_share, concurrency, now, run_id,
-    seq. One row: paused, overrides, whether the result leaves its
-    slot, and the unstarted steps counted (0 when it does not).
+    seq. One row: paused, overrides, and the unstarted steps counted (0
+    when too few to leave the slot: ``QueueSeen.leaves_slot`` then says no).
     """
     mine = f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) "
     ctes = [
@@ -264,7 +264,7 @@ def count_read() -> tuple[str, str]:
         *_leaving(mine),
     ]
     select = (
-        f"SELECT lk.{q('paused')}, lk.{q('overrides')}::text, (SELECT s FROM short), "
+        f"SELECT lk.{q('paused')}, lk.{q('overrides')}::text, "
         f"CASE WHEN (SELECT s FROM short) THEN (SELECT u FROM ahead) ELSE 0 END FROM lk"
     )
     return ", ".join(ctes), select

@@ -76,7 +76,7 @@ def counted(row: Sequence[Any]) -> QueueSeen:
     never fresh (so never proof that nothing waits). A missing queue row
     reads as not paused, with no overrides and nothing counted.
     """
-    paused, overrides, _, unstarted = row[:4]
+    paused, overrides, unstarted = row[:3]
     return QueueSeen("", bool(paused), _json(overrides) or {}, None, {}, 0, (), False, int(unstarted or 0))
 
 
