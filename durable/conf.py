@@ -102,6 +102,11 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           (another process ran a turn, a lost lease, a cancel,
                           a requeue) reads the whole history.
 ``HISTORY_CACHE_IDLE``    5m. An entry not used for this long is dropped.
+``RESIDENT_WORKFLOWS``    True. A run's workflow that waits on a dispatched step
+                          stays paused in the history cache's entry (a greenlet;
+                          needs the ``resident`` extra) and its next turn in the
+                          same thread resumes it instead of replaying it from
+                          the top; without greenlet, or False, every turn replays.
 ``HISTORY_CACHE_CHECKPOINTS`` 200000. Checkpoints the cache holds in all (its
                           memory bound); a history larger than this is not kept.
 ``CALLBACK_SECRET``       None. The key that signs ``ctx.wait_for_callback``
@@ -176,6 +181,7 @@ DEFAULTS: dict[str, Any] = {
     "HISTORY_CACHE_SIZE": 2000,
     "HISTORY_CACHE_IDLE": 300.0,
     "HISTORY_CACHE_CHECKPOINTS": 200_000,
+    "RESIDENT_WORKFLOWS": True,
     "CODEC": None,
     "CODEC_KEYS": {},
 }
@@ -246,6 +252,7 @@ class DurableSettings:
     history_cache_size: int = 2000
     history_cache_idle: float = 300.0
     history_cache_checkpoints: int = 200_000
+    resident_workflows: bool = True
     # Each non-default namespace's work on queues of its own (NAMESPACE_QUEUES; durable.engine.namespaces).
     namespace_queues: bool = False
     # The payload codec (durable.codecs.Codec) built from CODEC and CODEC_KEYS; None: payloads in clear.
@@ -288,8 +295,9 @@ def problems(raw: Any) -> tuple[dict[str, Any], list[str]]:
     for key in ("DEFAULT_NAMESPACE", "SWEEP_QUEUE"):
         if not isinstance(values[key], str) or not values[key]:
             found.append(f"settings.DURABLE[{key!r}] must be a non-empty string")
-    if not isinstance(values["NAMESPACE_QUEUES"], bool):
-        found.append(f"settings.DURABLE['NAMESPACE_QUEUES'] must be True or False, got {values['NAMESPACE_QUEUES']!r}")
+    for flag in ("NAMESPACE_QUEUES", "RESIDENT_WORKFLOWS"):
+        if not isinstance(values[flag], bool):
+            found.append(f"settings.DURABLE[{flag!r}] must be True or False, got {values[flag]!r}")
     _retention(values, found)
     values["QUEUES"] = _queues(values["QUEUES"], found)
     _callbacks(values, found)
@@ -398,6 +406,7 @@ def parse(raw: Any) -> DurableSettings:
         history_cache_size=values["HISTORY_CACHE_SIZE"],
         history_cache_idle=values["HISTORY_CACHE_IDLE"],
         history_cache_checkpoints=values["HISTORY_CACHE_CHECKPOINTS"],
+        resident_workflows=values["RESIDENT_WORKFLOWS"],
         namespace_queues=values["NAMESPACE_QUEUES"],
         codec=values["CODEC"],
     )

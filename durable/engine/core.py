@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import Any, Protocol
 
-from durable.engine import admission, execution, logs, turn
+from durable.engine import admission, execution, logs, resident, turn
 from durable.engine.clock import Clock
 from durable.engine.faults import NO_FAULTS, StepFaults
 from durable.engine.grants_here import GrantsHere
@@ -124,6 +124,10 @@ class Engine:
         # The namespaces whose runs this process's worker takes (durable_worker --namespace); None: all.
         self.namespaces = namespaces
         self.histories = histories if histories is not None else HistoryCache()
+        # Workflows may park between turns (durable.engine.resident): it needs the history cache.
+        self.resident = (
+            bool(getattr(settings, "resident_workflows", False)) and resident.available() and self.histories.size > 0
+        )
         self.stats = EngineStats()
         # Write-triggered admission passes of limited queues, one per queue at a time here.
         self.admitters = admission.Admitters()

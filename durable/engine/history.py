@@ -89,7 +89,9 @@ class History:
         "cancelling",
         "clock",
         "compensating",
+        "fresh",
         "had_waiters",
+        "kept",
         "loaded",
         "max_recorded",
         "nondeterminism",
@@ -99,8 +101,21 @@ class History:
         "touched",
     )
 
-    def __init__(self, run_id: str, records: dict[int, CheckpointRecord], clock: Clock, *, cancelling: bool) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        records: dict[int, CheckpointRecord],
+        clock: Clock,
+        *,
+        cancelling: bool,
+        kept: dict[int, CheckpointRecord] | None = None,
+        fresh: dict[int, CheckpointRecord] | None = None,
+    ) -> None:
+        """``kept`` and ``fresh``: when ``records`` were restored from the history cache, the settled
+        records its entry kept (read, and their payloads checked, by an earlier turn) and those read now."""
         self.run_id = run_id
+        self.kept = kept
+        self.fresh = records if fresh is None else fresh
         # ``loaded`` keeps the records as read (never mutated, never given to user code);
         # ``records`` follows the turn: copies handed out, and every write it remembered.
         self.loaded = records
@@ -111,7 +126,7 @@ class History:
         self.seq = 0
         self.max_recorded = max(records, default=0)
         # A wait was pending when the turn began (so waiter rows may exist).
-        self.had_waiters = any(cp.kind in WAIT_KINDS and cp.status == PENDING for cp in records.values())
+        self.had_waiters = any(cp.kind in WAIT_KINDS and cp.status == PENDING for cp in self.fresh.values())
         self.nondeterminism: NonDeterminismError | None = None
         self.cancelling = cancelling
         self.compensating = False
@@ -142,6 +157,19 @@ class History:
                 self.seq -= 1
             raise CancelRequested()
         return seq, cp
+
+    def retake(self, seq: int) -> CheckpointRecord | None:
+        """Stand at position ``seq`` again, for the operation a resumed workflow was waiting in.
+
+        What that position holds now, as :meth:`take` would hand it out. The
+        operation took it in an earlier turn (so it is the same operation); a
+        resumed turn never replays the positions before it.
+        """
+        self.seq = seq
+        cp = self.records.get(seq)
+        if cp is not None and cp is self.loaded.get(seq):
+            cp = self.records[seq] = thawed(cp)
+        return cp
 
     def is_replaying(self) -> bool:
         """The next position was already recorded by an earlier turn."""

@@ -41,10 +41,14 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from durable.engine.history import History
 from durable.engine.ports import CheckpointRecord, RunRecord, Store
 from durable.engine.vocab import SETTLED
+
+if TYPE_CHECKING:
+    from durable.engine.resident import Parked
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,8 @@ class Entry:
     after: int
     last_stable: int
     written_at: datetime
+    # The run's workflow, parked by that turn (durable.engine.resident); None: the next turn replays.
+    parked: Parked | None = None
 
     def serves(self, run: RunRecord, owner: str) -> bool:
         """May the turn of ``run`` (leased to ``owner``) start from this entry?"""
@@ -101,7 +107,11 @@ class HistoryCache:
             entry = self._entries.pop(run_id, None)
             if entry is not None:
                 self._held -= len(entry.stable)
-        if entry is None or now - entry.written_at > self.idle:
+        if entry is None:
+            return None
+        if now - entry.written_at > self.idle:
+            if entry.parked is not None:
+                entry.parked.end()
             return None
         return entry
 
@@ -120,48 +130,81 @@ class HistoryCache:
             and entry.serves(run, owner)
         )
 
-    def keep(self, run: RunRecord, owner: str, history: History, now: datetime) -> None:
-        """Keep what the turn of ``run`` that just suspended it saw, for its next turn here."""
-        if not self.size:
-            return
-        stable = {seq: cp for seq, cp in history.loaded.items() if cp.status in SETTLED and seq not in history.touched}
-        if len(stable) > self.checkpoints:
+    def keep(self, run: RunRecord, owner: str, history: History, now: datetime, parked: Parked | None = None) -> None:
+        """Keep what the turn of ``run`` that just suspended it saw, and its ``parked`` workflow, for its next turn.
+
+        A parked workflow that no entry keeps (the cache is off or full, or an
+        entry of a later turn is kept instead) is ended.
+        """
+        stable = _stable(history)
+        if not self.size or len(stable) > self.checkpoints:
+            if parked is not None:
+                parked.end()
             return
         known = history.records.keys()
         unsure = tuple(sorted(known - stable.keys()))
         last = max(stable, default=0)
-        entry = Entry(owner, run.created_at, run.turns, stable, unsure, max(known, default=0), last, now)
+        entry = Entry(owner, run.created_at, run.turns, stable, unsure, max(known, default=0), last, now, parked)
         with self._lock:
-            old = self._entries.pop(run.id, None)
-            if old is not None:
-                self._held -= len(old.stable)
-                if old.turns > entry.turns:
+            dropped = self._entries.pop(run.id, None)
+            if dropped is not None:
+                self._held -= len(dropped.stable)
+                if dropped.turns > entry.turns:
                     # A later turn of the run (another thread of ours) already left its entry.
-                    entry = old
+                    entry, dropped = dropped, entry
             self._entries[run.id] = entry
             self._held += len(entry.stable)
-            self._evict(now)
+            evicted = self._evict(now)
+        # Outside the lock: ending a parked workflow runs its frames' unwinding.
+        for gone in [dropped, *evicted]:
+            if gone is not None and gone.parked is not None:
+                gone.parked.end()
 
-    def _evict(self, now: datetime) -> None:
+    def _evict(self, now: datetime) -> list[Entry]:
         """Drop the least recently written entries past a bound, and every idle one at the front (locked)."""
         entries = self._entries
+        evicted = []
         while entries:
             run_id, oldest = next(iter(entries.items()))
             if len(entries) <= self.size and self._held <= self.checkpoints and now - oldest.written_at <= self.idle:
                 break
             del entries[run_id]
             self._held -= len(oldest.stable)
+            evicted.append(oldest)
+        return evicted
 
     def clear(self) -> None:
+        """Forget every entry (a parked workflow is dropped: ended by greenlet in its own thread)."""
         with self._lock:
             self._entries.clear()
             self._held = 0
 
 
-def restore(entry: Entry | None, store: Store, run: RunRecord, owner: str) -> dict[int, CheckpointRecord] | None:
+Restored = tuple[dict[int, CheckpointRecord], dict[int, CheckpointRecord], dict[int, CheckpointRecord]]
+
+
+def _stable(history: History) -> dict[int, CheckpointRecord]:
+    """The settled records ``history`` was loaded with and its turn did not write (from the entry it
+    started from and the records read since, when it had one: the same, without a pass over every record)."""
+    if history.kept is None:
+        return {seq: cp for seq, cp in history.loaded.items() if cp.status in SETTLED and seq not in history.touched}
+    stable = dict(history.kept)
+    for seq, cp in history.fresh.items():
+        if cp.status in SETTLED:
+            stable[seq] = cp
+        else:
+            stable.pop(seq, None)
+    for seq in history.touched:
+        stable.pop(seq, None)
+    return stable
+
+
+def restore(entry: Entry | None, store: Store, run: RunRecord, owner: str) -> Restored | None:
     """The history of ``run`` from ``entry`` and what changed since, or None to read it all.
 
-    Called by the turn holding the run's lease, after :meth:`HistoryCache.take`.
+    Returns the whole history, the entry's records in it and the records read
+    now (:class:`History`'s ``kept`` and ``fresh``). Called by the turn
+    holding the run's lease, after :meth:`HistoryCache.take`.
     """
     if entry is None or not entry.serves(run, owner):
         return None
@@ -174,4 +217,4 @@ def restore(entry: Entry | None, store: Store, run: RunRecord, owner: str) -> di
     if delta.records and min(delta.records) < entry.last_stable:
         # Positions read again sit between the kept ones: keep the history in position order.
         records = dict(sorted(records.items()))
-    return records
+    return records, entry.stable, delta.records

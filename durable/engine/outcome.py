@@ -9,13 +9,16 @@ passes through: the turn is abandoned, nothing is committed.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
+from durable.engine import resident
 from durable.engine.context import WorkflowContext
 from durable.engine.history import IN_FLIGHT, cancelled_error
 from durable.engine.new_runs import clean_input, successor_fields
 from durable.engine.ports import Outcome
+from durable.engine.resident import Parked
 from durable.engine.serialization import Undecodable, decoded, error_record, to_json
 from durable.engine.turn_state import Turn
 from durable.engine.vocab import RunStatus
@@ -58,15 +61,19 @@ def _nondeterminism(turn: Turn, exc: NonDeterminismError) -> dict[str, Any]:
     return error
 
 
-def execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
-    """Replay ``fn`` (the workflow function) in ``turn`` and return how it ended."""
-    ctx = WorkflowContext(turn.history, turn)
+def execute(turn: Turn, fn: Callable[..., Any], takes_input: bool, parked: Parked | None = None) -> Outcome:
+    """Replay ``fn`` (the workflow function) in ``turn``, or resume ``parked`` (its workflow paused by an
+    earlier turn of this process: :mod:`durable.engine.resident`), and return how it ended."""
+    if parked is not None:
+        ctx = parked.ctx
+        ctx._rebind(turn.history, turn)
+    else:
+        ctx = WorkflowContext(turn.history, turn)
     history = turn.history
-    run = turn.run
     try:
         try:
             _check_decoded(turn)
-            result = fn(ctx, run.input) if takes_input else fn(ctx)
+            result = _call(turn, ctx, fn, takes_input, parked)
             if history.nondeterminism is not None:
                 raise history.nondeterminism
             if turn.suspended:
@@ -95,6 +102,21 @@ def execute(turn: Turn, fn: Callable[..., Any], takes_input: bool) -> Outcome:
         return Outcome(RunStatus.BLOCKED, error=blocked.reason)
 
 
+def _call(turn: Turn, ctx: WorkflowContext, fn: Callable[..., Any], takes_input: bool, parked: Parked | None) -> Any:
+    """What the workflow function returns in this turn; Suspend when it parked (kept on ``turn.parked``)."""
+    run = turn.run
+    if parked is not None:
+        result, glet = resident.resume(parked)
+    elif turn.parks:
+        result, glet = resident.start(lambda: fn(ctx, run.input) if takes_input else fn(ctx))
+    else:
+        return fn(ctx, run.input) if takes_input else fn(ctx)
+    if glet is not None:
+        turn.parked = Parked(glet, ctx, fn, turn.engine, glet.seq, threading.get_ident())
+        raise Suspend()
+    return result
+
+
 def _check_decoded(turn: Turn) -> None:
     """Raise CodecError when the run's input or any payload of its history did not decode."""
     run = turn.run
@@ -102,8 +124,9 @@ def _check_decoded(turn: Turn) -> None:
         decoded(run.input, f"the input of run {run.id!r}")
     if isinstance(run.query_values, Undecodable):
         decoded(run.query_values, f"the published values of run {run.id!r}")
-    # Every resume checks every row: the message is built only for the one that fails.
-    for cp in turn.history.records.values():
+    # Every row read for this turn (the history cache's were checked by the turn that read them):
+    # the message is built only for the one that fails.
+    for cp in turn.history.fresh.values():
         for what in ("input", "output", "error"):
             value = getattr(cp, what)
             if isinstance(value, Undecodable):

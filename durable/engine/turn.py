@@ -33,8 +33,11 @@ from durable.exceptions import EngineFault, LeaseLost, WorkflowNotFound
 if TYPE_CHECKING:
     from durable.engine.core import Engine
     from durable.engine.leases import Hold
+    from durable.engine.resident import Parked
 
 logger = logging.getLogger("durable.turn")
+
+Checkpoints = dict[int, CheckpointRecord]
 
 # Back-off before retrying a turn abandoned on an infrastructure error.
 FAULT_RETRY = timedelta(seconds=1)
@@ -137,6 +140,7 @@ def _settle(engine: Engine, ready: ReadyTurn, ok: CommitResult | Exception) -> T
     """After a final commit: its result (written or refused), or the exception it raised."""
     ready.hold.release()
     if isinstance(ok, Exception):
+        ready.turn.end_parked()
         ready.span.fail(ok)
         return _ended(ready.span, _abandon(engine, ready.run.id, ok))
     return _ended(ready.span, finish_turn(engine, ready, ok))
@@ -175,13 +179,19 @@ def prepare_turn(
     try:
         # A run's first turn has no history to read.
         first = fresh if acquired is not None else run.turns == 1
-        history = _history(engine, run, first, history if acquired is not None else None, now)
-        turn = Turn(engine, run, History(run.id, history, engine.clock, cancelling=run.cancel_requested))
+        history, parked, cached = _history(engine, run, first, history if acquired is not None else None, now)
+        if parked is not None and not parked.resumable(engine, wf.fn):
+            parked.end()
+            parked = None
+        kept, read_now = cached if cached is not None else (None, None)
+        records = History(run.id, history, engine.clock, cancelling=run.cancel_requested, kept=kept, fresh=read_now)
+        turn = Turn(engine, run, records)
+        turn.parks = engine.resident
         if first and not history:
             turn.lease_taken()
         turn.span = span
         hold = engine.keeper.hold(engine.settings.lease / 3, lambda: _renew(engine, turn), turn.mark_lost)
-        made = _replay(engine, turn, wf, hold)
+        made = _replay(engine, turn, wf, hold, parked)
         made.span = span
         hold = None  # the ready turn holds it now
         return made
@@ -201,19 +211,30 @@ def prepare_turn(
 
 def _history(
     engine: Engine, run: RunRecord, first: bool, given: dict[int, CheckpointRecord] | None, now: datetime
-) -> dict[int, CheckpointRecord]:
-    """The run's checkpoints for this turn: none on its first turn, ``given``, else from the cache or the store.
+) -> tuple[dict[int, CheckpointRecord], Parked | None, tuple[Checkpoints, Checkpoints] | None]:
+    """The run's checkpoints for this turn: none on its first turn, ``given``, else from the cache or the store;
+    its workflow parked by the turn before, and the records the cache kept and read now, when its entry served.
 
     The cache's entry for the run is taken out whatever happens: only this
-    turn's final commit puts one back.
+    turn's final commit puts one back. A parked workflow it held and that is
+    not handed on is ended.
     """
     entry = engine.histories.take(run.id, now)
+    parked = entry.parked if entry is not None else None
+    restored = None
+    if not first and given is None:
+        restored = history_cache.restore(entry, engine.store, run, engine.owner)
+    if restored is None and parked is not None:
+        parked.end()
+        parked = None
     if first:
-        return {}
+        return {}, None, None
     if given is not None:
-        return given
-    restored = history_cache.restore(entry, engine.store, run, engine.owner)
-    return restored if restored is not None else engine.store.load_checkpoints(run.id)
+        return given, None, None
+    if restored is None:
+        return engine.store.load_checkpoints(run.id), None, None
+    records, kept, fresh = restored
+    return records, parked, (kept, fresh)
 
 
 def _begin(engine: Engine, run: RunRecord, now: datetime) -> Span:
@@ -236,10 +257,10 @@ def _renew(engine: Engine, turn: Turn) -> bool:
     return engine.store.renew_lease(turn.run.id, engine.owner, now, turn.lease_until(now))
 
 
-def _replay(engine: Engine, turn: Turn, wf: WorkflowDef, hold: Hold) -> ReadyTurn:
-    """Run the workflow function in ``turn`` and complete its outcome for the final commit."""
+def _replay(engine: Engine, turn: Turn, wf: WorkflowDef, hold: Hold, parked: Parked | None = None) -> ReadyTurn:
+    """Run the workflow function in ``turn`` (or resume it: ``parked``) and complete its outcome to commit."""
     run = turn.run
-    outcome = execute(turn, wf.fn, wf.takes_input)
+    outcome = execute(turn, wf.fn, wf.takes_input, parked)
     done = engine.clock.now()
     outcome.cancel_seen = turn.history.cancelling
     outcome.had_waiters = turn.history.had_waiters
@@ -257,9 +278,11 @@ def finish_turn(engine: Engine, ready: ReadyTurn, result: CommitResult) -> TurnR
     """What follows a turn's final commit (as the store reports it): wake, dispatch, emit."""
     run, outcome = ready.run, ready.outcome
     if not result.written:
+        ready.turn.end_parked()
         return _lost(engine, run.id)
     if outcome.status == RunStatus.SUSPENDED:
-        engine.histories.keep(run, engine.owner, ready.turn.history, ready.done)
+        parked, ready.turn.parked = ready.turn.parked, None
+        engine.histories.keep(run, engine.owner, ready.turn.history, ready.done, parked)
     ready.turn.run_after_commit()
     _dispatch_after(engine, ready, result)
     run.status = outcome.status

@@ -30,6 +30,7 @@ from durable.exceptions import EngineFault, LeaseLost
 
 if TYPE_CHECKING:
     from durable.engine.core import Engine
+    from durable.engine.resident import Parked
 
 logger = logging.getLogger("durable.turn")
 
@@ -56,6 +57,10 @@ class Turn:
         self._taken_signals: list[int] = []
         # The lease was confirmed by the write that took it and only workflow code ran since.
         self._lease_fresh = False
+        # The workflow runs in a greenlet of its own and may park (durable.engine.resident);
+        # ``parked``: where it did, once it has, until the final commit keeps it or it ends.
+        self.parks = False
+        self.parked: Parked | None = None
 
     # -- lease -------------------------------------------------------------
     def lease_until(self, now: datetime) -> datetime:
@@ -210,6 +215,15 @@ class Turn:
             self._wakes.append(wake_at)
         if event:
             self._event_wait = True
+
+    def waits_nothing(self) -> bool:
+        return not (self.suspended or self.step_seqs or self.waiters or self._wakes or self._event_wait)
+
+    def end_parked(self) -> None:
+        """The parked workflow is not kept (the commit was refused or failed): end it."""
+        parked, self.parked = self.parked, None
+        if parked is not None:
+            parked.end()
 
     def await_step(self, seq: int) -> None:
         self.step_seqs.append(seq)

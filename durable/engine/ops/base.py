@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from durable.engine import resident
 from durable.engine.history import History, copied
 from durable.engine.ops.port import TurnPort
 from durable.exceptions import Suspend
@@ -60,6 +61,37 @@ class OpsBase:
     def _suspend(self, wake_at: datetime | None = None, *, event: bool = False) -> Suspend:
         self._port.suspend(wake_at, event=event)
         return Suspend()
+
+    def _wait_for_step(self, seq: int, *, in_flight: bool) -> None:
+        """Wait for the dispatched step at ``seq`` (``in_flight``: written by an earlier turn).
+
+        Parks the workflow if it may stay resident, else raises Suspend, and
+        returns (in a later turn, this ``ctx`` bound to it) once the workflow is
+        resumed: the caller reads its position again (:meth:`History.retake`).
+        A workflow parks only when a replay would stop here and nothing else:
+        the turn waits on no other step, signal or timer, and is not
+        cancelling, compensating or carrying a non-determinism
+        (:mod:`durable.engine.resident`).
+        """
+        port, history = self._port, self._history
+        may_park = (
+            port.parks
+            and port.waits_nothing()
+            and not (history.cancelling or history.compensating or history.nondeterminism)
+            and resident.parkable()
+        )
+        if in_flight:
+            port.await_step(seq)
+        port.suspend(None, event=True)
+        if not may_park:
+            raise Suspend()
+        resident.park(seq)
+
+    def _rebind(self, history: History, port: TurnPort) -> None:
+        """Serve the turn that resumed this parked workflow (its saga so far stays)."""
+        self._history = history
+        self._port = port
+        self._to_admit = set()
 
     def _remember_undo(self, seq: int, name: str, undo: Any, call_input: Any, output: Any) -> None:
         """A completed step with an undo: register it for the saga (rebuilt the same way on replay).

@@ -75,6 +75,15 @@ class TurnPort(Protocol):
     def suspend(self, wake_at: datetime | None, *, event: bool) -> None:
         """End the turn suspended; wake by ``wake_at``, or when an event (``event``) arrives."""
 
+    @property
+    def parks(self) -> bool:
+        """May this turn's workflow park instead of unwinding (:mod:`durable.engine.resident`)?"""
+        ...
+
+    def waits_nothing(self) -> bool:
+        """No wait registered yet this turn: no step, signal, timer or event."""
+        ...
+
     def await_step(self, seq: int) -> None:
         """The run waits on the dispatched step at ``seq`` (already in flight)."""
 

@@ -26,7 +26,7 @@ from durable.engine.registry import StepDef
 from durable.engine.retry import Backoff, BackoffSpec, check_retries, make_backoff, retry_delay
 from durable.engine.serialization import error_record, to_json
 from durable.engine.vocab import Admission, CheckpointKind, StepResult
-from durable.exceptions import Blocked, InvalidInput, StepFailed
+from durable.exceptions import Blocked, InvalidInput, StepFailed, Suspend
 
 LOCAL = CheckpointKind.LOCAL
 STEP = CheckpointKind.STEP
@@ -151,20 +151,25 @@ class StepOps(OpsBase):
         sd = engine.registry.resolve_step(step)
         undo = compensate if compensate is not None else sd.compensate
         seq, cp = self._next(sd.name, STEP)
-        if cp is not None:
+        if cp is None:
+            # A step of a limited queue always waits for its admission (never run eagerly).
+            eager = engine.settings.eager_steps and self._broker_queue(sd) in engine.eager_routes and not sd.timeout
+            if eager and not admission.limited(engine, sd.route):
+                return self._run_here(seq, sd, args, kwargs, undo)
+            self._dispatch_step(seq, sd, args, kwargs, queue_key)
+            self._wait_for_step(seq, in_flight=False)
+            cp = self._history.retake(seq)
+        # Parked, this loop goes on in the turn that resumed the workflow (a replay would take it here).
+        while True:
+            if cp is None:  # pragma: no cover - a resumed workflow's own step is always recorded
+                raise Suspend()
             if cp.status == COMPLETED:
                 self._remember_undo(seq, sd.name, undo, cp.input, cp.output)
                 return cp.output
             if cp.status == FAILED:
                 raise StepFailed(sd.name, seq, cp.error or {}, cp.attempts)
-            self._port.await_step(seq)
-            raise self._suspend(event=True)
-        # A step of a limited queue always waits for its admission (never run eagerly).
-        eager = engine.settings.eager_steps and self._broker_queue(sd) in engine.eager_routes and not sd.timeout
-        if eager and not admission.limited(engine, sd.route):
-            return self._run_here(seq, sd, args, kwargs, undo)
-        self._dispatch_step(seq, sd, args, kwargs, queue_key)
-        raise self._suspend(event=True)
+            self._wait_for_step(seq, in_flight=True)
+            cp = self._history.retake(seq)
 
     def _step_span(self, seq: int, name: str, attempt: int, queue: str | None, mode: str) -> Span:
         """The span of a step this turn runs itself (local or eager), a child of the turn's span."""
