@@ -102,8 +102,8 @@ Options (durations accept ``"30s"``-style strings or numbers of seconds):
                           (another process ran a turn, a lost lease, a cancel,
                           a requeue) reads the whole history.
 ``HISTORY_CACHE_IDLE``    5m. An entry not used for this long is dropped.
-``RESIDENT_WORKFLOWS``    True. A run's workflow that waits on a dispatched step
-                          stays paused in the history cache's entry (a greenlet;
+``RESIDENT_WORKFLOWS``    True. A run's workflow that waits on one step, timer,
+                          signal or event stays paused in its history cache entry (a greenlet;
                           needs the ``resident`` extra) and its next turn in the
                           same thread resumes it instead of replaying it from
                           the top; without greenlet, or False, every turn replays.

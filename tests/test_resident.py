@@ -265,3 +265,47 @@ def test_the_setting_is_a_boolean_and_on_by_default() -> None:
     assert conf.parse({"RESIDENT_WORKFLOWS": False}).resident_workflows is False
     with pytest.raises(ImproperlyConfigured, match=r"RESIDENT_WORKFLOWS'\] must be True or False, got 'yes'"):
         conf.parse({"RESIDENT_WORKFLOWS": "yes"})
+
+
+@durable.workflow(name="rs_waits")
+def rs_waits(ctx: durable.WorkflowContext) -> list[Any]:
+    entered.append(ctx.run_id)
+    got: list[Any] = [ctx.wait_signal("go")]
+    ctx.sleep("2m")
+    got.append(ctx.wait_signal("go"))
+    try:
+        got.append(ctx.wait_signal("go", timeout="3m"))
+    except durable.SignalTimeout:
+        got.append("timed out")
+    return got
+
+
+def test_signal_and_timer_waits_park_too_and_a_deadline_reaches_the_resumed_workflow(
+    one: Engine, store: MemoryStore, fake: FakeClock, reads: Counter[str]
+) -> None:
+    _start(store, fake, "rs_waits", "r1")
+    assert one.run_turn("r1") == RunStatus.SUSPENDED
+    assert store.signal("r1", "go", "a", fake.now())
+    assert one.run_turn("r1") == RunStatus.SUSPENDED  # took "a", sleeps
+    assert one.run_turn("r1") is None  # not due yet: no turn
+    fake.advance("2m")  # (within HISTORY_CACHE_IDLE: the entry is still there)
+    assert one.run_turn("r1") == RunStatus.SUSPENDED  # woke, waits on the second signal
+    assert store.signal("r1", "go", "b", fake.now())
+    assert one.run_turn("r1") == RunStatus.SUSPENDED  # took "b", waits with a deadline
+    fake.advance("3m")
+    assert one.run_turn("r1") == RunStatus.COMPLETED
+    assert store.get_run("r1").output == ["a", "b", "timed out"]
+    assert entered == ["r1"]  # five turns, every one after the first resumed
+    assert (reads["full"], reads["delta"]) == (0, 4)
+
+
+def test_an_idle_entry_ends_its_parked_workflow_and_the_turn_replays(
+    one: Engine, store: MemoryStore, fake: FakeClock
+) -> None:
+    _start(store, fake, "rs_steps", "r1", input=1)
+    one.run_turn("r1")
+    fake.advance("6m")  # past HISTORY_CACHE_IDLE (5 minutes here)
+    one.execute_step("r1", 1)
+    assert entered == ["r1", "r1"]
+    assert unwound == ["r1", "r1"]  # the idle one ended at its step, then the replay returned
+    assert store.get_run("r1").output == [0]

@@ -4,7 +4,8 @@ A turn replays its workflow function from the top (Principle 5), so a run of
 ``n`` dispatched steps one after another replays ``n²/2`` positions in all.
 With ``RESIDENT_WORKFLOWS`` on (and the optional ``greenlet`` package
 installed), a turn runs the workflow function in a greenlet of its own; when
-the workflow waits on a dispatched step and nothing else, the greenlet is
+the workflow waits on one thing (a dispatched step, a timer, a signal, an
+update or a named event) and nothing else, the greenlet is
 *parked* instead of unwinding, and the history cache's entry for the run
 (:mod:`durable.engine.history_cache`) keeps it. The run's next turn, when it
 takes that entry in the same thread, *resumes* the parked greenlet: the
@@ -16,9 +17,10 @@ lease holder whose final commit suspended the run, with no other turn of the
 run since and no cancel pending) plus these:
 
 * a workflow parks only where a replay would stop and resume the same way:
-  inside one operation that waits on one dispatched step, in a turn that
-  registered no other wait, is not cancelling, compensating or replaying a
-  non-determinism, and only after the turn's own state says so;
+  inside one waiting operation, after it registered its wait, in a turn that
+  had registered no other and is not cancelling, compensating or replaying a
+  non-determinism; resumed, that operation reads its position again and goes
+  on exactly as its replay would;
 * a parked workflow is kept only once the final commit that suspended it is
   written (a refused or failed commit ends it), and is resumed only by the
   same engine, in the thread that parked it (a greenlet cannot change

@@ -65,24 +65,38 @@ class OpsBase:
     def _wait_for_step(self, seq: int, *, in_flight: bool) -> None:
         """Wait for the dispatched step at ``seq`` (``in_flight``: written by an earlier turn).
 
-        Parks the workflow if it may stay resident, else raises Suspend, and
-        returns (in a later turn, this ``ctx`` bound to it) once the workflow is
-        resumed: the caller reads its position again (:meth:`History.retake`).
-        A workflow parks only when a replay would stop here and nothing else:
-        the turn waits on no other step, signal or timer, and is not
+        Parks the workflow or raises Suspend (:meth:`_stay`); the caller then
+        reads its position again (:meth:`History.retake`).
+        """
+        may_park = self._may_park()
+        if in_flight:
+            self._port.await_step(seq)
+        self._port.suspend(None, event=True)
+        self._stay(seq, may_park)
+
+    def _may_park(self) -> bool:
+        """May the operation about to wait park the workflow? Asked before it registers its wait.
+
+        Only where a replay would stop at this operation and at nothing else:
+        the turn waits on no other step, signal, timer or event yet, and is not
         cancelling, compensating or carrying a non-determinism
         (:mod:`durable.engine.resident`).
         """
         port, history = self._port, self._history
-        may_park = (
+        return (
             port.parks
             and port.waits_nothing()
             and not (history.cancelling or history.compensating or history.nondeterminism)
             and resident.parkable()
         )
-        if in_flight:
-            port.await_step(seq)
-        port.suspend(None, event=True)
+
+    def _stay(self, seq: int, may_park: bool) -> None:
+        """End the turn at the operation of position ``seq``, its wait registered: park, else raise Suspend.
+
+        Parked, this returns in a later turn, once the workflow is resumed
+        (this ``ctx`` then bound to that turn): the operation reads its
+        position again and goes on as its replay would have.
+        """
         if not may_park:
             raise Suspend()
         resident.park(seq)

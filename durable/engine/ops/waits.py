@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, NoReturn
+from typing import Any, Literal
 
 from durable.engine.durations import Duration, parse_duration
 from durable.engine.history import COMPLETED, FAILED
@@ -20,7 +20,7 @@ from durable.engine.ops.base import OpsBase
 from durable.engine.ports import CheckpointRecord
 from durable.engine.serialization import error_record, to_json
 from durable.engine.vocab import EVENT_TOKEN, RUN_TOKEN, SETTLED, UPDATE_TOKEN, CheckpointKind, RunStatus
-from durable.exceptions import InvalidInput, RunFailed, RunNotFound, SignalTimeout
+from durable.exceptions import InvalidInput, RunFailed, RunNotFound, SignalTimeout, Suspend
 
 SETTLED_OK = (RunStatus.COMPLETED,)
 SETTLED_BAD = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
@@ -71,14 +71,29 @@ class WaitOps(OpsBase):
             if wake_at <= now:
                 port.defer(history.recorded(seq, name, kind, None))
                 return
+            may_park = self._may_park()
             port.defer(history.pending(seq, name, kind, wake_at=wake_at, started_at=now))
-            raise self._suspend(wake_at)
-        if cp.status == COMPLETED:
-            return
-        assert cp.wake_at is not None
-        if cp.wake_at > now:
-            raise self._suspend(cp.wake_at)
-        port.defer(history.completed(seq, name, kind, wake_at=cp.wake_at, finished_at=now))
+            port.suspend(wake_at, event=False)
+            self._stay(seq, may_park)
+            cp = self._retaken(seq)
+        # Parked, this goes on in the turn that resumed the workflow, as a replay would.
+        while cp.status != COMPLETED:
+            assert cp.wake_at is not None
+            now = self._clock.now()
+            if cp.wake_at <= now:
+                self._port.defer(self._history.completed(seq, name, kind, wake_at=cp.wake_at, finished_at=now))
+                return
+            may_park = self._may_park()
+            self._port.suspend(cp.wake_at, event=False)
+            self._stay(seq, may_park)
+            cp = self._retaken(seq)
+
+    def _retaken(self, seq: int) -> CheckpointRecord:
+        """The record of position ``seq``, read again by a resumed workflow (its own wait: always there)."""
+        cp = self._history.retake(seq)
+        if cp is None:  # pragma: no cover - a parked wait's checkpoint was committed before it parked
+            raise Suspend()
+        return cp
 
     # -- signals and updates -------------------------------------------------
     def wait_signal(self, name: str, timeout: Duration | None = None) -> Any:
@@ -114,21 +129,24 @@ class WaitOps(OpsBase):
         """
         seq, cp = self._next(name, kind)
         wait = _Wait(seq, name, kind, token, on.pop("timeout_code", "signal_timeout"), **on)
-        if cp is not None and cp.status in SETTLED:
-            return _replayed(seq, cp, wait.timeout_error)
-        port = self._port
-        now = self._clock.now()
-        got = port.take_signal(token)
-        if got is not None:
-            signal_id, payload = got
-            port.defer(self._history.completed(seq, name, kind, create=cp is None, output=payload, finished_at=now))
-            port.consume_signal(signal_id)
-            return payload
-        if cp is not None:
-            deadline = cp.wake_at
-        elif timeout is not None:
-            deadline = now + parse_duration(timeout)
-        self._park(wait, cp, deadline, now)
+        # Parked, this loop goes on in the turn that resumed the workflow, as a replay would.
+        while True:
+            if cp is not None and cp.status in SETTLED:
+                return _replayed(seq, cp, wait.timeout_error)
+            port = self._port
+            now = self._clock.now()
+            got = port.take_signal(token)
+            if got is not None:
+                signal_id, payload = got
+                port.defer(self._history.completed(seq, name, kind, create=cp is None, output=payload, finished_at=now))
+                port.consume_signal(signal_id)
+                return payload
+            if cp is not None:
+                deadline = cp.wake_at
+            elif timeout is not None:
+                deadline = now + parse_duration(timeout)
+            self._park(wait, cp, deadline, now)
+            cp = self._retaken(seq)
 
     # -- named events ----------------------------------------------------------
     def wait_event(self, name: str, match: dict[str, Any] | None = None, timeout: Duration | None = None) -> Any:
@@ -148,17 +166,28 @@ class WaitOps(OpsBase):
         seq, cp = self._next(name, kind)
         if cp is not None and cp.status in SETTLED:
             return _replayed(seq, cp)
-        history = self._history
         now = self._clock.now()
         deadline = cp.wake_at if cp is not None else (now + parse_duration(timeout) if timeout is not None else None)
-        got = self._port.take_event(seq, name, match, deadline, create=cp is None)
-        if got is not None:
-            history.remember(history.event_taken(seq, name, got[0]))
-            return got[0]
-        self._park(_Wait(seq, name, kind, EVENT_TOKEN + name, "event_timeout", match), cp, deadline, now)
+        # Parked, this loop goes on in the turn that resumed the workflow, as a replay would.
+        while True:
+            if cp is not None and cp.status in SETTLED:
+                return _replayed(seq, cp)
+            history = self._history
+            got = self._port.take_event(seq, name, match, deadline, create=cp is None)
+            if got is not None:
+                history.remember(history.event_taken(seq, name, got[0]))
+                return got[0]
+            self._park(_Wait(seq, name, kind, EVENT_TOKEN + name, "event_timeout", match), cp, deadline, now)
+            cp = self._retaken(seq)
+            now = self._clock.now()
 
-    def _park(self, wait: _Wait, cp: CheckpointRecord | None, deadline: datetime | None, now: datetime) -> NoReturn:
-        """Nothing arrived for ``wait``: time it out if its deadline passed, else suspend on it."""
+    def _park(self, wait: _Wait, cp: CheckpointRecord | None, deadline: datetime | None, now: datetime) -> None:
+        """Nothing arrived for ``wait``: time it out if its deadline passed, else wait on it.
+
+        Parks the workflow or raises Suspend (:meth:`_stay`); once resumed, the
+        caller reads its position again.
+        """
+        may_park = self._may_park()
         port, history = self._port, self._history
         seq, name, kind = wait.seq, wait.name, wait.kind
         if deadline is not None and deadline <= now:
@@ -170,7 +199,8 @@ class WaitOps(OpsBase):
             fields: dict[str, Any] = {"input": {"match": wait.match}} if kind == CheckpointKind.EVENT else {}
             port.defer(history.pending(seq, name, kind, wake_at=deadline, started_at=now, **fields))
         port.wait_on(wait.token, seq, wait.match)
-        raise self._suspend(deadline, event=True)
+        port.suspend(deadline, event=True)
+        self._stay(seq, may_park)
 
     # -- other runs ------------------------------------------------------------
     def wait_for_run(self, run_id: str) -> Any:
