@@ -17,6 +17,8 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.db import connection, transaction
+from django.test import override_settings
 
 import durable
 from durable import conf
@@ -26,7 +28,7 @@ from durable.engine.core import Engine
 from durable.engine.ports import CommitResult
 from durable.engine.vocab import RunStatus
 from durable.exceptions import StepFailed
-from durable.runtime import registry
+from durable.runtime import get_engine, registry
 from durable.store.memory import MemoryStore
 from tests.test_history_cache import _engine, _start, fake, one, reads, store, two
 
@@ -309,3 +311,27 @@ def test_an_idle_entry_ends_its_parked_workflow_and_the_turn_replays(
     assert entered == ["r1", "r1"]
     assert unwound == ["r1", "r1"]  # the idle one ended at its step, then the replay returned
     assert store.get_run("r1").output == [0]
+
+
+@durable.workflow(name="rs_atomic")
+def rs_atomic(ctx: durable.WorkflowContext) -> list[int]:
+    entered.append(ctx.run_id)
+    with transaction.atomic():  # a misuse (workflow code does no I/O), which must not be made worse
+        first = ctx.step(rs_double, 1)
+    return [first, ctx.step(rs_double, 2)]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_workflow_never_parks_inside_a_transaction_block_it_opened() -> None:
+    with override_settings(DURABLE={"TRANSPORT": "manual", "EAGER_STEPS": False}):
+        engine = get_engine()
+        assert engine.resident
+        run_id = durable.start("rs_atomic")
+        assert engine.run_turn(run_id) == RunStatus.SUSPENDED
+        assert not connection.in_atomic_block  # unwound out of its block, as a replay's suspension does
+        engine.execute_step(run_id, 1)  # a replay: the step's turn parked outside the block
+        assert entered == [run_id, run_id]
+        engine.execute_step(run_id, 2)  # resumed
+        assert entered == [run_id, run_id]
+        assert durable.get_run(run_id).output == [2, 4]
+        assert not connection.in_atomic_block

@@ -186,7 +186,8 @@ def prepare_turn(
         kept, read_now = cached if cached is not None else (None, None)
         records = History(run.id, history, engine.clock, cancelling=run.cancel_requested, kept=kept, fresh=read_now)
         turn = Turn(engine, run, records)
-        turn.parks = engine.resident
+        if engine.resident:
+            turn.allow_parking()
         if first and not history:
             turn.lease_taken()
         turn.span = span

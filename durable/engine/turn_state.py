@@ -60,6 +60,7 @@ class Turn:
         # The workflow runs in a greenlet of its own and may park (durable.engine.resident);
         # ``parked``: where it did, once it has, until the final commit keeps it or it ends.
         self.parks = False
+        self._depth = 0
         self.parked: Parked | None = None
 
     # -- lease -------------------------------------------------------------
@@ -216,8 +217,16 @@ class Turn:
         if event:
             self._event_wait = True
 
-    def waits_nothing(self) -> bool:
-        return not (self.suspended or self.step_seqs or self.waiters or self._wakes or self._event_wait)
+    def allow_parking(self) -> None:
+        """Let the workflow park (:mod:`durable.engine.resident`): from now on, outside any
+        transaction block it opens itself (parked in one, the turn's commit would sit inside it)."""
+        self.parks = True
+        self._depth = self.engine.store.transaction_depth()
+
+    def may_park(self) -> bool:
+        """Parking allowed, no wait registered yet this turn, and no transaction block of the workflow's open."""
+        waits = self.suspended or self.step_seqs or self.waiters or self._wakes or self._event_wait
+        return self.parks and not waits and self.engine.store.transaction_depth() == self._depth
 
     def end_parked(self) -> None:
         """The parked workflow is not kept (the commit was refused or failed): end it."""

@@ -78,14 +78,14 @@ class OpsBase:
         """May the operation about to wait park the workflow? Asked before it registers its wait.
 
         Only where a replay would stop at this operation and at nothing else:
-        the turn waits on no other step, signal, timer or event yet, and is not
+        the turn waits on no other step, signal, timer or event yet, no
+        transaction block the workflow opened is open, and it is not
         cancelling, compensating or carrying a non-determinism
         (:mod:`durable.engine.resident`).
         """
         port, history = self._port, self._history
         return (
-            port.parks
-            and port.waits_nothing()
+            port.may_park()
             and not (history.cancelling or history.compensating or history.nondeterminism)
             and resident.parkable()
         )

@@ -75,13 +75,9 @@ class TurnPort(Protocol):
     def suspend(self, wake_at: datetime | None, *, event: bool) -> None:
         """End the turn suspended; wake by ``wake_at``, or when an event (``event``) arrives."""
 
-    @property
-    def parks(self) -> bool:
-        """May this turn's workflow park instead of unwinding (:mod:`durable.engine.resident`)?"""
-        ...
-
-    def waits_nothing(self) -> bool:
-        """No wait registered yet this turn: no step, signal, timer or event."""
+    def may_park(self) -> bool:
+        """May the workflow park instead of unwinding (:mod:`durable.engine.resident`)? Only when
+        the turn allows it, has registered no wait yet, and no transaction block of the workflow's is open."""
         ...
 
     def await_step(self, seq: int) -> None:

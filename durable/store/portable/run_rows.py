@@ -74,6 +74,10 @@ class RunRows(StoreBase):
             Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).update(locked_until=lease_until)
         )
 
+    def transaction_depth(self) -> int:
+        """The ``atomic`` blocks this thread's default connection is inside."""
+        return len(connection.atomic_blocks)
+
     def lease_held(self, run_id: str, owner: str) -> bool:
         """Does ``owner`` still hold the run's lease (not cancelled, not taken over)? A read."""
         return Run.objects.filter(id=run_id, status=RunStatus.RUNNING, locked_by=owner).exists()
