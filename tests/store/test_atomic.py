@@ -44,3 +44,13 @@ def test_a_failed_inner_block_rolls_back_only_itself(store: Any) -> None:
         None,
         True,
     )
+
+
+def test_transaction_depth_counts_the_open_atomic_blocks(store: Any) -> None:
+    outside = store.transaction_depth()
+    with store.atomic():
+        assert store.transaction_depth() == outside + 1
+        with store.atomic():
+            assert store.transaction_depth() == outside + 2
+        assert store.transaction_depth() == outside + 1
+    assert store.transaction_depth() == outside

@@ -71,6 +71,10 @@ class MemoryBase:
         """Each write holds the lock briefly; turns' own work runs outside it."""
         return True
 
+    def transaction_depth(self) -> int:
+        """The :meth:`atomic` blocks open (only ever the thread holding the lock is inside one)."""
+        return self._depth
+
     @contextmanager
     def atomic(self) -> Iterator[None]:
         """Commit-or-nothing: an exception leaving the block undoes every write made in it.

@@ -83,10 +83,6 @@ class RunsPart(MemoryBase):
             self.tables.set(row, locked_until=lease_until)
         return row is not None
 
-    def transaction_depth(self) -> int:
-        """Always 0: the memory store has no transactions a caller could hold open."""
-        return 0
-
     @locked
     def lease_held(self, run_id: str, owner: str) -> bool:
         """Does ``owner`` still hold the run's lease (not cancelled, not taken over)?"""
