@@ -141,9 +141,7 @@ class History:
         """
         self.seq += 1
         seq = self.seq
-        cp = self.records.get(seq)
-        if cp is not None and cp is self.loaded.get(seq):
-            cp = self.records[seq] = thawed(cp)
+        cp = self._handed_out(seq)
         if cp is not None and (cp.name != name or cp.kind != kind):
             self.nondeterminism = NonDeterminismError(
                 f"run {self.run_id!r} position {seq}: the code asked for {kind} {name!r} "
@@ -166,6 +164,10 @@ class History:
         resumed turn never replays the positions before it.
         """
         self.seq = seq
+        return self._handed_out(seq)
+
+    def _handed_out(self, seq: int) -> CheckpointRecord | None:
+        """The record at ``seq`` as user code may receive it: a loaded one is thawed once, on first use."""
         cp = self.records.get(seq)
         if cp is not None and cp is self.loaded.get(seq):
             cp = self.records[seq] = thawed(cp)

@@ -136,7 +136,7 @@ class HistoryCache:
         A parked workflow that no entry keeps (the cache is off or full, or an
         entry of a later turn is kept instead) is ended.
         """
-        stable = _stable(history)
+        stable = _stable(history) if self.size else {}
         if not self.size or len(stable) > self.checkpoints:
             if parked is not None:
                 parked.end()

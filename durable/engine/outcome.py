@@ -112,7 +112,7 @@ def _call(turn: Turn, ctx: WorkflowContext, fn: Callable[..., Any], takes_input:
     else:
         return fn(ctx, run.input) if takes_input else fn(ctx)
     if glet is not None:
-        turn.parked = Parked(glet, ctx, fn, turn.engine, glet.seq, threading.get_ident())
+        turn.parked = Parked(glet, ctx, fn, turn.engine, threading.get_ident())
         raise Suspend()
     return result
 

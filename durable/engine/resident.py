@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 try:  # the optional extra django-durable[resident]
     import greenlet as _greenlet
-except ImportError:  # pragma: no cover - exercised by the compat session without the extra
+except ImportError:  # pragma: no cover - an installation without the extra
     _greenlet = None
 
 # What a parked workflow sends its driver, and what the driver sends back.
@@ -67,7 +67,7 @@ def available() -> bool:
 
 @dataclass(eq=False)
 class Parked:
-    """A workflow paused in ``glet`` at its operation of position ``seq``, with its ``ctx``.
+    """A workflow paused in ``glet`` at one of its waiting operations, with its ``ctx``.
 
     ``thread``: the thread that parked it (the only one that may resume or end it).
     """
@@ -76,7 +76,6 @@ class Parked:
     ctx: Any
     fn: Callable[..., Any]
     engine: Engine
-    seq: int
     thread: int
 
     def resumable(self, engine: Engine, fn: Callable[..., Any]) -> bool:
@@ -92,9 +91,8 @@ class Parked:
 
 
 class _Workflow(_greenlet.greenlet if _greenlet is not None else object):  # type: ignore[misc]
-    """The greenlet a workflow function runs in; ``seq``: where it parked last; ``ending``: being ended."""
+    """The greenlet a workflow function runs in; ``ending``: being ended."""
 
-    seq = 0
     ending = False
 
 
@@ -140,13 +138,12 @@ def parkable() -> bool:
     return _greenlet is not None and isinstance(_greenlet.getcurrent(), _Workflow)
 
 
-def park(seq: int) -> None:
-    """Park the calling workflow at position ``seq`` (see :func:`parkable`); returns in a later turn.
+def park() -> None:
+    """Park the calling workflow (see :func:`parkable`); returns in a later turn.
 
     Raises ``Suspend`` when the workflow is ended instead of resumed.
     """
     glet = _greenlet.getcurrent()
-    glet.seq = seq
     try:
         answer = glet.parent.switch(_PARKED)
     except _greenlet.GreenletExit:

@@ -62,17 +62,16 @@ class OpsBase:
         self._port.suspend(wake_at, event=event)
         return Suspend()
 
-    def _wait_for_step(self, seq: int, *, in_flight: bool) -> None:
+    def _wait_for_step(self, seq: int, *, in_flight: bool) -> CheckpointRecord:
         """Wait for the dispatched step at ``seq`` (``in_flight``: written by an earlier turn).
 
-        Parks the workflow or raises Suspend (:meth:`_stay`); the caller then
-        reads its position again (:meth:`History.retake`).
+        Parks the workflow or raises Suspend; see :meth:`_stay`.
         """
         may_park = self._may_park()
         if in_flight:
             self._port.await_step(seq)
         self._port.suspend(None, event=True)
-        self._stay(seq, may_park)
+        return self._stay(seq, may_park)
 
     def _may_park(self) -> bool:
         """May the operation about to wait park the workflow? Asked before it registers its wait.
@@ -90,16 +89,21 @@ class OpsBase:
             and resident.parkable()
         )
 
-    def _stay(self, seq: int, may_park: bool) -> None:
+    def _stay(self, seq: int, may_park: bool) -> CheckpointRecord:
         """End the turn at the operation of position ``seq``, its wait registered: park, else raise Suspend.
 
         Parked, this returns in a later turn, once the workflow is resumed
-        (this ``ctx`` then bound to that turn): the operation reads its
-        position again and goes on as its replay would have.
+        (this ``ctx`` then bound to that turn), what the position holds now
+        (:meth:`History.retake`): the operation goes on from it as its replay
+        would have.
         """
         if not may_park:
             raise Suspend()
-        resident.park(seq)
+        resident.park()
+        cp = self._history.retake(seq)
+        if cp is None:  # pragma: no cover - a parked wait's checkpoint was committed before it parked
+            raise Suspend()
+        return cp
 
     def _rebind(self, history: History, port: TurnPort) -> None:
         """Serve the turn that resumed this parked workflow (its saga so far stays)."""

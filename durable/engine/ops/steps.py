@@ -26,7 +26,7 @@ from durable.engine.registry import StepDef
 from durable.engine.retry import Backoff, BackoffSpec, check_retries, make_backoff, retry_delay
 from durable.engine.serialization import error_record, to_json
 from durable.engine.vocab import Admission, CheckpointKind, StepResult
-from durable.exceptions import Blocked, InvalidInput, StepFailed, Suspend
+from durable.exceptions import Blocked, InvalidInput, StepFailed
 
 LOCAL = CheckpointKind.LOCAL
 STEP = CheckpointKind.STEP
@@ -157,19 +157,15 @@ class StepOps(OpsBase):
             if eager and not admission.limited(engine, sd.route):
                 return self._run_here(seq, sd, args, kwargs, undo)
             self._dispatch_step(seq, sd, args, kwargs, queue_key)
-            self._wait_for_step(seq, in_flight=False)
-            cp = self._history.retake(seq)
+            cp = self._wait_for_step(seq, in_flight=False)
         # Parked, this loop goes on in the turn that resumed the workflow (a replay would take it here).
         while True:
-            if cp is None:  # pragma: no cover - a resumed workflow's own step is always recorded
-                raise Suspend()
             if cp.status == COMPLETED:
                 self._remember_undo(seq, sd.name, undo, cp.input, cp.output)
                 return cp.output
             if cp.status == FAILED:
                 raise StepFailed(sd.name, seq, cp.error or {}, cp.attempts)
-            self._wait_for_step(seq, in_flight=True)
-            cp = self._history.retake(seq)
+            cp = self._wait_for_step(seq, in_flight=True)
 
     def _step_span(self, seq: int, name: str, attempt: int, queue: str | None, mode: str) -> Span:
         """The span of a step this turn runs itself (local or eager), a child of the turn's span."""

@@ -20,7 +20,7 @@ from durable.engine.ops.base import OpsBase
 from durable.engine.ports import CheckpointRecord
 from durable.engine.serialization import error_record, to_json
 from durable.engine.vocab import EVENT_TOKEN, RUN_TOKEN, SETTLED, UPDATE_TOKEN, CheckpointKind, RunStatus
-from durable.exceptions import InvalidInput, RunFailed, RunNotFound, SignalTimeout, Suspend
+from durable.exceptions import InvalidInput, RunFailed, RunNotFound, SignalTimeout
 
 SETTLED_OK = (RunStatus.COMPLETED,)
 SETTLED_BAD = (RunStatus.FAILED, RunStatus.DEAD, RunStatus.CANCELLED)
@@ -71,11 +71,8 @@ class WaitOps(OpsBase):
             if wake_at <= now:
                 port.defer(history.recorded(seq, name, kind, None))
                 return
-            may_park = self._may_park()
             port.defer(history.pending(seq, name, kind, wake_at=wake_at, started_at=now))
-            port.suspend(wake_at, event=False)
-            self._stay(seq, may_park)
-            cp = self._retaken(seq)
+            cp = self._sleep_until(seq, wake_at)
         # Parked, this goes on in the turn that resumed the workflow, as a replay would.
         while cp.status != COMPLETED:
             assert cp.wake_at is not None
@@ -83,17 +80,13 @@ class WaitOps(OpsBase):
             if cp.wake_at <= now:
                 self._port.defer(self._history.completed(seq, name, kind, wake_at=cp.wake_at, finished_at=now))
                 return
-            may_park = self._may_park()
-            self._port.suspend(cp.wake_at, event=False)
-            self._stay(seq, may_park)
-            cp = self._retaken(seq)
+            cp = self._sleep_until(seq, cp.wake_at)
 
-    def _retaken(self, seq: int) -> CheckpointRecord:
-        """The record of position ``seq``, read again by a resumed workflow (its own wait: always there)."""
-        cp = self._history.retake(seq)
-        if cp is None:  # pragma: no cover - a parked wait's checkpoint was committed before it parked
-            raise Suspend()
-        return cp
+    def _sleep_until(self, seq: int, wake_at: datetime) -> CheckpointRecord:
+        """The timer at ``seq`` is not due: wake by ``wake_at``; parks or raises Suspend (:meth:`_stay`)."""
+        may_park = self._may_park()
+        self._port.suspend(wake_at, event=False)
+        return self._stay(seq, may_park)
 
     # -- signals and updates -------------------------------------------------
     def wait_signal(self, name: str, timeout: Duration | None = None) -> Any:
@@ -145,8 +138,7 @@ class WaitOps(OpsBase):
                 deadline = cp.wake_at
             elif timeout is not None:
                 deadline = now + parse_duration(timeout)
-            self._park(wait, cp, deadline, now)
-            cp = self._retaken(seq)
+            cp = self._park(wait, cp, deadline, now)
 
     # -- named events ----------------------------------------------------------
     def wait_event(self, name: str, match: dict[str, Any] | None = None, timeout: Duration | None = None) -> Any:
@@ -177,15 +169,16 @@ class WaitOps(OpsBase):
             if got is not None:
                 history.remember(history.event_taken(seq, name, got[0]))
                 return got[0]
-            self._park(_Wait(seq, name, kind, EVENT_TOKEN + name, "event_timeout", match), cp, deadline, now)
-            cp = self._retaken(seq)
+            cp = self._park(_Wait(seq, name, kind, EVENT_TOKEN + name, "event_timeout", match), cp, deadline, now)
             now = self._clock.now()
 
-    def _park(self, wait: _Wait, cp: CheckpointRecord | None, deadline: datetime | None, now: datetime) -> None:
+    def _park(
+        self, wait: _Wait, cp: CheckpointRecord | None, deadline: datetime | None, now: datetime
+    ) -> CheckpointRecord:
         """Nothing arrived for ``wait``: time it out if its deadline passed, else wait on it.
 
-        Parks the workflow or raises Suspend (:meth:`_stay`); once resumed, the
-        caller reads its position again.
+        Parks the workflow or raises Suspend; once resumed, returns what its
+        position holds now (:meth:`_stay`).
         """
         may_park = self._may_park()
         port, history = self._port, self._history
@@ -200,7 +193,7 @@ class WaitOps(OpsBase):
             port.defer(history.pending(seq, name, kind, wake_at=deadline, started_at=now, **fields))
         port.wait_on(wait.token, seq, wait.match)
         port.suspend(deadline, event=True)
-        self._stay(seq, may_park)
+        return self._stay(seq, may_park)
 
     # -- other runs ------------------------------------------------------------
     def wait_for_run(self, run_id: str) -> Any:
