@@ -105,24 +105,11 @@ def limited(engine: Engine, queue: str | None) -> bool:
     return queue is not None and queue in engine.settings.queues
 
 
-def _plan(engine: Engine, queue: str, claim: bool = False) -> QueueAdmissionPlan:
+def _plan(engine: Engine, queue: str) -> QueueAdmissionPlan:
     settings = engine.settings
-    owner = engine.owner if claim and _claims_here(engine, queue) else None
     return plan_queue_admission(
-        queue, engine.clock.now(), settings.queues[queue], settings.step_execution_lease, settings.sweep_batch, owner
+        queue, engine.clock.now(), settings.queues[queue], settings.step_execution_lease, settings.sweep_batch
     )
-
-
-def _claims_here(engine: Engine, queue: str) -> bool:
-    """May the grants of ``queue`` be claimed by their own write, to run on this process's threads?
-
-    Only where the transport runs them here, and not for a queue with a step
-    that declares a timeout (its claim writes one) or requirements (it runs
-    where they are met): those are dispatched and claimed as usual.
-    """
-    if not engine.transport.runs_claimed_steps(queue):
-        return False
-    return not any(sd.queue == queue and (sd.timeout or sd.requires) for sd in engine.registry.steps())
 
 
 def admit(engine: Engine, queue: str, read: AdmissionRead | None = None) -> QueueAdmitted:
@@ -132,21 +119,14 @@ def admit(engine: Engine, queue: str, read: AdmissionRead | None = None) -> Queu
     from what that write read (earlier than now: it can only have counted a
     slot as held that is free now, or missed a step that became due since).
     """
-    plan = _plan(engine, queue, claim=True)
+    plan = _plan(engine, queue)
     now = plan.now
     admitted = engine.store.admit_steps(plan, read.seen if read is not None else None)
     concurrency = plan.defaults.concurrency
     if concurrency is not None and len(admitted.grants) >= leave_threshold(concurrency):
         engine.admitters.read_left(queue, True)  # this batch waits to start: the next results leave their slots
     here = engine.grants_here
-    claims = {(claim.run_id, claim.seq): claim for claim in admitted.claims}
     for grant in admitted.grants:
-        claim = claims.get((grant.run_id, grant.seq))
-        if claim is not None:
-            here.add(queue, grant.run_id, grant.seq, grant.until)  # queued here, as a granted step would be
-            if not engine.queue_claimed(claim):
-                here.begin(grant.run_id, grant.seq)
-            continue
         delay = max((grant.start - now).total_seconds(), 0.0)
         if delay > 0:
             engine.transport.dispatch_step(grant.run_id, grant.seq, queue, delay=delay)

@@ -23,7 +23,7 @@ from durable.engine.leases import LeaseKeeper
 from durable.engine.listeners import Listeners
 from durable.engine.observe import Observer
 from durable.engine.owners import make_owner_id as make_owner_id
-from durable.engine.ports import CheckpointRecord, RunRecord, StepClaim, Store, Transport
+from durable.engine.ports import CheckpointRecord, RunRecord, Store, Transport
 from durable.engine.registry import Registry
 from durable.engine.vocab import StepResult, TurnResult
 
@@ -155,10 +155,6 @@ class Engine:
         self, run_id: str, seq: int, *, continue_turn: bool = True, trace: dict[str, str] | None = None
     ) -> StepResult:
         return execution.execute_step(self, run_id, seq, continue_turn=continue_turn, trace=trace)
-
-    def queue_claimed(self, claim: StepClaim) -> bool:
-        """Queue a step its grant claimed for this process on its threads (:func:`.execution.queue_claimed`)."""
-        return execution.queue_claimed(self, claim)
 
     def emit(self, status: str, run: RunRecord) -> None:
         self.observer.status(status, run.workflow)

@@ -18,13 +18,11 @@ module settles it and hands the run to :mod:`durable.engine.turn`.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from durable.engine import admission, observe, turn
 from durable.engine.current_step import StepInfo, running
-from durable.engine.leases import Hold
 from durable.engine.observe import NOOP_SPAN, Span
 from durable.engine.ports import ClaimCheck, StepClaim
 from durable.engine.retry import retry_delay
@@ -34,8 +32,6 @@ from durable.exceptions import CodecError, StepNotFound
 
 if TYPE_CHECKING:
     from durable.engine.core import Engine
-
-logger = logging.getLogger("durable")
 
 
 def execute_step(
@@ -53,68 +49,23 @@ def execute_step(
         if store.poke_if_settled(run_id, seq, now):
             _continue(engine, run_id, continue_turn)
         return StepResult.SKIPPED
-    return run_claimed(engine, claim, continue_turn=continue_turn, trace=trace)
-
-
-def queue_claimed(engine: Engine, claim: StepClaim) -> bool:
-    """Queue a step that its grant claimed for this process on this process's threads; whether it was queued.
-
-    Its execution lease is held from now, while it waits for a thread too,
-    so a step queued behind others is not presumed lost. Not queued (the
-    threads are shutting down), it is left to its lease: once that lapses,
-    the sweep counts the attempt lost and dispatches it again.
-    """
-    hold = _hold(engine, claim.run_id, claim.seq)
-
-    def job() -> None:
-        engine.grants_here.begin(claim.run_id, claim.seq)
-        run_claimed(engine, claim, hold=hold)
-
-    if engine.transport.run_claimed(job):
-        return True
-    hold.release()
-    logger.warning("could not queue claimed step %s#%s; it runs again once its lease lapses", claim.run_id, claim.seq)
-    return False
-
-
-def _hold(engine: Engine, run_id: str, seq: int) -> Hold:
-    """Renew the execution lease of a step claimed by this process, every third of it, until released."""
-    store, lease = engine.store, timedelta(seconds=engine.settings.step_execution_lease)
-    return engine.keeper.hold(
-        engine.settings.step_execution_lease / 3,
-        lambda: store.renew_step(run_id, seq, engine.owner, engine.clock.now() + lease),
-        lambda: None,  # the step keeps running; its result is refused if a sweep counted it lost
-    )
-
-
-def run_claimed(
-    engine: Engine,
-    claim: StepClaim,
-    *,
-    hold: Hold | None = None,
-    continue_turn: bool = True,
-    trace: dict[str, str] | None = None,
-) -> StepResult:
-    """Run and settle a step claimed for this process (by its claim, or by the grant that admitted it).
-
-    ``hold``: its lease, held already (released here, whatever happens).
-    """
-    run_id, seq, store = claim.run_id, claim.seq, engine.store
     mine = ClaimCheck(engine.owner, claim.attempt)
     try:
         sd = engine.registry.get_step(claim.name)
         decoded(claim.input, f"the arguments of step {claim.name!r}")
     except (StepNotFound, CodecError) as exc:
-        if hold is not None:
-            hold.release()
         # No attempt can run: a retry would meet the same missing code or the same bytes.
         error = error_record(exc, code="codec_error" if isinstance(exc, CodecError) else "step_not_registered")
         error["retryable"] = False
         _settle(engine, run_id, seq, continue_turn, mine, claim.queue, error=error, namespace=claim.namespace)
         return StepResult.FAILED
-    hold = hold or _hold(engine, run_id, seq)
+    hold = engine.keeper.hold(
+        engine.settings.step_execution_lease / 3,
+        lambda: store.renew_step(run_id, seq, engine.owner, engine.clock.now() + lease),
+        lambda: None,  # the step keeps running; its result is refused if a sweep counted it lost
+    )
     args = claim.input or {}
-    span = _begin(engine, claim, engine.clock.now(), trace)
+    span = _begin(engine, claim, now, trace)
     try:
         with running(StepInfo(run_id, seq, claim.name, claim.attempt)):
             body = lambda: sd.fn(*args.get("args", []), **args.get("kwargs", {}))  # noqa: E731

@@ -26,7 +26,6 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from durable.engine.records import StepClaim
 from durable.engine.vocab import ACTIVE, Admission, CheckpointKind, CheckpointStatus, RunStatus
 from durable.exceptions import InvalidInput
 
@@ -163,17 +162,11 @@ class Grant:
 
 @dataclass(frozen=True)
 class QueueAdmitted:
-    """What one admission did: the steps granted a slot (to dispatch after commit), whether the queue is paused.
-
-    ``claims``: those of ``grants`` the same write also claimed for the
-    plan's ``claim_owner`` (:meth:`QueueAdmissionPlan.claims`), to run here
-    with no claim of their own.
-    """
+    """What one admission did: the steps granted a slot (to dispatch after commit), whether the queue is paused."""
 
     queue: str
     grants: tuple[Grant, ...] = ()
     paused: bool = False
-    claims: tuple[StepClaim, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -267,16 +260,6 @@ class QueueAdmissionPlan:
     candidates are ``pending`` ones of active runs, ``waiting`` (or admitted
     with a lapsed lease), whose retry is due. A grant writes admission
     ``admitted``, ``admitted_at = start`` and ``wake_at = start + lease``.
-
-    With ``claim_owner`` (a process that runs this queue's steps on its own
-    threads), a grant that may start at once is also claimed by the same
-    write, as :class:`~durable.engine.plan_steps.StepClaimPlan` would claim
-    it for that owner with the lease ``wake_at`` (the step execution lease):
-    status ``running``, one attempt counted, ``started_at = start``, no
-    timeout; only while its run is active. That saves each such step its
-    claim (a statement and a row version); its slot and lease are then those
-    of any running step. A store may claim fewer (then they are dispatched
-    and claimed as usual), never more.
     """
 
     queue: str
@@ -289,11 +272,6 @@ class QueueAdmissionPlan:
     run_statuses: tuple[RunStatus, ...] = ACTIVE
     waiting: Admission = Admission.WAITING
     admitted: Admission = Admission.ADMITTED
-    claim_owner: str | None = None
-
-    def claims(self, grant: Grant) -> bool:
-        """Does the grant's write claim it too (for ``claim_owner``)? Only one that may start now."""
-        return self.claim_owner is not None and grant.start <= self.now
 
     def wanted(self, limits: QueueLimits, held: int) -> int:
         """How many grants this call may make at most (before keys and rate), given ``held`` slots in use."""
@@ -341,9 +319,9 @@ class QueueAdmissionPlan:
 
 
 def plan_queue_admission(
-    queue: str, now: datetime, defaults: QueueLimits, lease: float, batch: int, claim_owner: str | None = None
+    queue: str, now: datetime, defaults: QueueLimits, lease: float, batch: int
 ) -> QueueAdmissionPlan:
-    return QueueAdmissionPlan(queue, now, defaults, timedelta(seconds=lease), batch, claim_owner=claim_owner)
+    return QueueAdmissionPlan(queue, now, defaults, timedelta(seconds=lease), batch)
 
 
 def fair_order(candidates: Iterable[Candidate]) -> list[Candidate]:

@@ -338,19 +338,6 @@ class Transport(Protocol):
         name = type(self).__name__
         raise NotImplementedError(f"{name} does not take leased runs")
 
-    def runs_claimed_steps(self, queue: str) -> bool:
-        """True when :meth:`run_claimed` runs ``queue``'s steps, claimed for this process, on its own threads.
-
-        Admission then claims the steps it grants to start at once in the
-        grant's own write (:meth:`~durable.engine.plan_queues.QueueAdmissionPlan.claims`)
-        instead of dispatching them to be claimed.
-        """
-        return False
-
-    def run_claimed(self, job: Callable[[], object]) -> bool:
-        """Queue ``job`` (a claimed step's execution) on this process's threads; whether it was queued."""
-        return False
-
     def attach_loop(self, nudge: Callable[[float], None] | None) -> None:
         """A worker loop runs in this process: ``nudge(delay)`` wakes it by a delayed turn's due time.
 

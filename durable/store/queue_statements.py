@@ -302,39 +302,3 @@ PG_ADMIT_GRANT = (
     f"AND EXISTS (SELECT 1 FROM lk)) "
     f"SELECT EXISTS (SELECT 1 FROM lk), ARRAY(SELECT {q('id')} FROM g)"
 )
-
-# A claim written by the grant itself, for a grant the plan claims (``k``) of an active run: the
-# sets of durable.engine.plan_steps.StepClaimPlan, its lease the grant's (``u``).
-_RUNNING = f"'{CheckpointStatus.RUNNING}'"
-_CLAIMS = f"(v.k AND r.{q('status')} IN ({_in(ACTIVE)}))"
-
-
-def _claimed(column: str, value: str) -> str:
-    return f"{q(column)} = CASE WHEN {_CLAIMS} THEN {value} ELSE c.{q(column)} END"
-
-
-# PG_ADMIT_GRANT that also claims the grants the plan claims (QueueAdmissionPlan.claims) for
-# ``owner``, as a step's claim would. One row per grant written (a single row of NULLs when
-# none): whether the queue row matched, the grant's id, whether it was claimed, then the
-# claim's columns as PG_CLAIM_STEP returns them (from the name on).
-_GRANT_CLAIM = (
-    f"WITH lk AS (SELECT 1 FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s "
-    f"AND (%(version)s::text IS NULL OR xmin::text = %(version)s::text) FOR UPDATE), "
-    f"g AS (UPDATE {CP_TABLE} c SET {q('admission')} = '{Admission.ADMITTED}', "
-    f"{q('admitted_at')} = v.s, {q('wake_at')} = v.u, "
-    f"{_claimed('status', _RUNNING)}, "
-    f"{q('attempts')} = c.{q('attempts')} + CASE WHEN {_CLAIMS} THEN 1 ELSE 0 END, "
-    f"{_claimed('locked_by', '%(owner)s')}, {_claimed('dispatches', '0')}, "
-    f"{_claimed('started_at', 'v.s')}, {_claimed('timeout_at', 'NULL')} "
-    f"FROM unnest(%(ids)s::bigint[], %(starts)s::timestamptz[], %(untils)s::timestamptz[], "
-    f"%(claims)s::boolean[]) AS v(i, s, u, k), {RUN_TABLE} r "
-    f"WHERE c.{q('id')} = v.i AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND r.{q('id')} = c.{q('run_id')} "
-    f"AND EXISTS (SELECT 1 FROM lk) "
-    f"RETURNING c.{q('id')} AS id, c.{q('status')} = '{CheckpointStatus.RUNNING}' AS claimed, c.{q('name')}, "
-    f"c.{q('input')}, c.{q('attempts')}, r.{q('namespace')}, c.{q('queue')}, "
-    f"COALESCE(c.{q('retry_at')}, c.{q('enqueued_at')}), r.{q('workflow')}, r.{q('trace_context')}), "
-    f"t AS (UPDATE {QUEUE_TABLE} SET {q('rate_next_at')} = %(rate_next_at)s::timestamptz "
-    f"WHERE {q('name')} = %(queue)s AND EXISTS (SELECT 1 FROM lk)) "
-    f"SELECT EXISTS (SELECT 1 FROM lk), g.* FROM (SELECT 1) one LEFT JOIN g ON true"
-)
-PG_ADMIT_GRANT_CLAIM, PG_ADMIT_GRANT_CLAIM_PARAMS = positional(_GRANT_CLAIM)

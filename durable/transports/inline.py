@@ -83,14 +83,6 @@ class InlineTransport(Transport):
             return False  # a capability this process lacks, or another namespace's: its worker takes it from the table
         return self._submit(lambda: self._get_engine().execute_step(run_id, seq), delay) and delay <= 0
 
-    def runs_claimed_steps(self, queue: str) -> bool:
-        """Every step this process would run on its threads (not when scoped to namespaces: the run's decides)."""
-        engine = self._get_engine()
-        return not self._closed and engine.namespaces is None and serves(engine.capabilities, queue)
-
-    def run_claimed(self, job: Callable[[], object]) -> bool:
-        return self._submit(job, 0.0)
-
     def _serves(self, run_id: str, namespace: str | None) -> bool:
         """Whether this process runs ``run_id``'s work (scoped: only its namespaces'; the row is read if needed)."""
         scoped = self._get_engine().namespaces

@@ -10,8 +10,7 @@ from datetime import datetime
 from typing import Any, TypeVar, cast
 
 from durable.engine.clock import Clock, SystemClock
-from durable.engine.plan_steps import StepClaimPlan
-from durable.engine.ports import Admitted, StepClaim
+from durable.engine.ports import Admitted
 from durable.engine.vocab import ACTIVE, RunStatus
 from durable.store.memory.tables import Row, Tables, new_run
 
@@ -118,10 +117,6 @@ class MemoryBase:
                 self.tables.put(self.tables.runs, fields["id"], new_run(fields, self._clock.now()))
                 created.append(fields["id"])
         return created
-
-    def _claim(self, plan: StepClaimPlan, timeout_of: Callable[[str], float | None]) -> StepClaim | None:
-        """Execute a step claim (the caller holds the lock): :mod:`durable.store.memory.steps`."""
-        raise NotImplementedError
 
     # Singleton keys (executed by :mod:`durable.store.memory.singletons`).
     def _admit_new(self, fields: dict[str, Any], max_queue_depth: int | None, now: datetime) -> Admitted:

@@ -14,7 +14,6 @@ from durable.engine.plan_queues import (
     effective_limits,
     rank_within_keys,
 )
-from durable.engine.plan_steps import plan_step_claim
 from durable.engine.ports import QueueRecord, QueueStats
 from durable.engine.vocab import ACTIVE, UNSETTLED, Admission, CheckpointKind, CheckpointStatus
 from durable.store.memory.base import MemoryBase, atomically, locked
@@ -90,17 +89,11 @@ class QueuesPart(MemoryBase):
             limits, sum(held.values()), held, rank_within_keys(candidates), queue["rate_next_at"]
         )
         by_id = {cp["id"]: cp for cp in waiting}
-        claims = []
         for grant in grants:
             self.tables.set(by_id[grant.id], admission=Admission.ADMITTED, admitted_at=grant.start, wake_at=grant.until)
-            if plan.claims(grant) and plan.claim_owner is not None:
-                claim_plan = plan_step_claim(grant.run_id, grant.seq, plan.claim_owner, plan.now, grant.until)
-                claim = self._claim(claim_plan, lambda name: None)
-                if claim is not None:
-                    claims.append(claim)
         if rate_next_at != queue["rate_next_at"]:
             self.tables.set(queue, rate_next_at=rate_next_at)
-        return QueueAdmitted(plan.queue, grants, claims=tuple(claims))
+        return QueueAdmitted(plan.queue, grants)
 
     def _may_admit(self, cp: Row, now: datetime) -> bool:
         if cp["status"] != CheckpointStatus.PENDING or not self._run_active(cp["run_id"]):

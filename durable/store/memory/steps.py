@@ -8,7 +8,6 @@ from typing import Any
 
 from durable.engine.plan_queues import AdmissionRead, claimable
 from durable.engine.plan_steps import (
-    StepClaimPlan,
     StepResultPlan,
     counted_out,
     plan_step_claim,
@@ -43,11 +42,7 @@ class StepsPart(MemoryBase):
         The plan's conditions (:func:`durable.engine.plan_steps.plan_step_claim`): a
         ``step`` checkpoint still ``pending``, its retry due, its run active.
         """
-        return self._claim(plan_step_claim(run_id, seq, owner, now, lease_until), timeout_of)
-
-    def _claim(self, plan: StepClaimPlan, timeout_of: Callable[[str], float | None]) -> StepClaim | None:
-        """Execute ``plan`` (under the store lock); the claim, or None when its conditions do not hold."""
-        run_id, seq, now = plan.run_id, plan.seq, plan.now
+        plan = plan_step_claim(run_id, seq, owner, now, lease_until)
         cp = self._checkpoint(run_id, seq)
         if cp is None or cp["kind"] != plan.kind or cp["status"] != plan.expect:
             return None

@@ -10,8 +10,7 @@ from django.db.models import Case, Count, DateTimeField, Exists, F, Max, Min, Q,
 from django.db.models.functions import RowNumber
 
 from durable.engine.plan_queues import Candidate, Grant, QueueAdmissionPlan, QueueAdmitted, QueueSeen, effective_limits
-from durable.engine.plan_steps import plan_step_claim
-from durable.engine.ports import QueueRecord, QueueStats, StepClaim
+from durable.engine.ports import QueueRecord, QueueStats
 from durable.engine.vocab import ACTIVE, UNSETTLED, Admission, CheckpointKind, CheckpointStatus
 from durable.models import Checkpoint, Queue
 from durable.store.portable.shared import StoreBase
@@ -52,20 +51,7 @@ class QueueRows(StoreBase):
             granted = self._grant(plan, grants)
             if rate_next_at != queue["rate_next_at"]:
                 Queue.objects.filter(name=plan.queue).update(rate_next_at=rate_next_at)
-            claims = self._claim_granted(plan, granted)
-        return QueueAdmitted(plan.queue, granted, claims=claims)
-
-    def _claim_granted(self, plan: QueueAdmissionPlan, granted: tuple[Grant, ...]) -> tuple[StepClaim, ...]:
-        """Claim what the plan claims of ``granted`` (:meth:`QueueAdmissionPlan.claims`) in this transaction."""
-        owner = plan.claim_owner
-        if owner is None:
-            return ()
-        claims = (
-            self._claim_step(plan_step_claim(g.run_id, g.seq, owner, plan.now, g.until), lambda name: None)
-            for g in granted
-            if plan.claims(g)
-        )
-        return tuple(claim for claim in claims if claim is not None)
+        return QueueAdmitted(plan.queue, granted)
 
     def _lock_queue(self, plan: QueueAdmissionPlan) -> dict[str, Any] | None:
         """The queue row, locked, and whether a step waits (None: nothing waits, the queue is not paused).

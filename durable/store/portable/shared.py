@@ -8,15 +8,13 @@ through the ORM.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from django.db import connection, transaction
 from django.db.models import Q
 
-from durable.engine.plan_steps import StepClaimPlan
-from durable.engine.ports import Admitted, CheckpointRecord, ClaimCheck, RunRecord, StepClaim
+from durable.engine.ports import Admitted, CheckpointRecord, ClaimCheck, RunRecord
 from durable.engine.vocab import ACTIVE, CheckpointStatus, RunStatus
 from durable.models import Run, SignalWaiter
 from durable.store.statements import INSERT_RUN
@@ -105,10 +103,6 @@ class StoreBase:
         Run.objects.bulk_create(new)
         admitted = [row["id"] for row in singles if self._admit_new(row, None, row["created_at"]).created]
         return [run.id for run in new] + admitted
-
-    def _claim_step(self, plan: StepClaimPlan, timeout_of: Callable[[str], float | None]) -> StepClaim | None:
-        """Execute a step claim in the caller's transaction (:mod:`durable.store.portable.step_rows`)."""
-        raise NotImplementedError
 
     # Singleton keys (executed by :mod:`durable.store.portable.singleton_rows`).
     def _admit_new(self, fields: dict[str, Any], max_queue_depth: int | None, now: datetime) -> Admitted:

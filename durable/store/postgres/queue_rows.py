@@ -16,22 +16,17 @@ from durable.engine.plan_queues import (
     LEAVE_SLOT_MIN,
     LEAVE_SLOT_SHARE,
     Candidate,
-    Grant,
     QueueAdmissionPlan,
     QueueAdmitted,
     QueueSeen,
     effective_limits,
 )
-from durable.engine.ports import StepClaim
 from durable.engine.vocab import ACTIVE
 from durable.models import Queue
 from durable.store.portable.queue_rows import QueueRows
 from durable.store.postgres.base import PostgresBase
-from durable.store.postgres.claims import claim_from_row
 from durable.store.queue_statements import (
     PG_ADMIT_GRANT,
-    PG_ADMIT_GRANT_CLAIM,
-    PG_ADMIT_GRANT_CLAIM_PARAMS,
     PG_ADMIT_PEEK,
     PG_ADMIT_PEEK_PARAMS,
     PG_ADMIT_READ,
@@ -153,8 +148,8 @@ class PostgresQueues(PostgresBase, QueueRows):
             grants, next_at = plan.choose(limits, held, by_key, candidates, read.rate_next_at)
             if not grants:
                 return QueueAdmitted(plan.queue)
-            _, written, claims = self._grant_steps(plan, grants, next_at, None)
-        return QueueAdmitted(plan.queue, written, claims=claims)
+            _, written = self._grant_steps(plan, grants, next_at, None)
+        return QueueAdmitted(plan.queue, written)
 
     def _admit_seen(self, plan: QueueAdmissionPlan, seen: QueueSeen) -> QueueAdmitted | None:
         """Grants chosen from ``seen``, written if the queue row is still at its version; None if not."""
@@ -167,27 +162,15 @@ class PostgresQueues(PostgresBase, QueueRows):
         grants, next_at = plan.choose(limits, held, seen.held_by_key, seen.candidates, seen.rate_next_at)
         if not grants:
             return QueueAdmitted(plan.queue)
-        matched, written, claims = self._grant_steps(plan, grants, next_at, seen.version)
-        return QueueAdmitted(plan.queue, written, claims=claims) if matched else None
+        matched, written = self._grant_steps(plan, grants, next_at, seen.version)
+        return QueueAdmitted(plan.queue, written) if matched else None
 
     def _read(self, plan: QueueAdmissionPlan) -> list[tuple[Any, ...]]:
         return self._execute(PG_ADMIT_READ, read_params(plan, PG_ADMIT_READ_PARAMS))
 
-    def _grant_steps(
-        self, plan: QueueAdmissionPlan, grants: Sequence[Grant], next_at: Any, version: str | None
-    ) -> tuple[bool, tuple[Grant, ...], tuple[StepClaim, ...]]:
-        """Write ``grants`` (and the row's rate_next_at); whether the row was at ``version``, the grants written,
-        and those of them the same statement claimed (:meth:`QueueAdmissionPlan.claims`)."""
+    def _grant_steps(self, plan: QueueAdmissionPlan, grants: Sequence[Any], next_at: Any, version: str | None) -> Any:
+        """Write ``grants`` (and the row's rate_next_at); whether the row was at ``version``, the grants written."""
         ids = [g.id for g in grants]
-        claiming = [plan.claims(g) for g in grants]
-        if not any(claiming):
-            params = [plan.queue, version, version, ids, [g.start for g in grants], [g.until for g in grants]]
-            matched, written = self._execute(PG_ADMIT_GRANT, [*params, next_at, plan.queue])[0]
-            return matched, tuple(g for g in grants if g.id in set(written)), ()
-        values = {"queue": plan.queue, "version": version, "ids": ids, "claims": claiming, "owner": plan.claim_owner}
-        values.update(starts=[g.start for g in grants], untils=[g.until for g in grants], rate_next_at=next_at)
-        rows = self._execute(PG_ADMIT_GRANT_CLAIM, [values[name] for name in PG_ADMIT_GRANT_CLAIM_PARAMS])
-        by_id = {g.id: g for g in grants}
-        written = tuple(by_id[row[1]] for row in rows if row[1] is not None)
-        claims = tuple(claim_from_row(by_id[row[1]].run_id, by_id[row[1]].seq, row[3:]) for row in rows if row[2])
-        return bool(rows[0][0]), written, claims
+        params = [plan.queue, version, version, ids, [g.start for g in grants], [g.until for g in grants]]
+        matched, written = self._execute(PG_ADMIT_GRANT, [*params, next_at, plan.queue])[0]
+        return matched, tuple(g for g in grants if g.id in set(written))

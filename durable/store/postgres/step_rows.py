@@ -6,12 +6,13 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
+from django.db import connection
+
 from durable.engine.plan_queues import AdmissionRead
 from durable.engine.plan_steps import StepClaimPlan, StepResultPlan, plan_step_result
 from durable.engine.ports import ClaimCheck, RunRecord, StepClaim
 from durable.store.portable.step_rows import StepRows
 from durable.store.postgres.base import PostgresBase
-from durable.store.postgres.claims import claim_from_row
 from durable.store.postgres.queue_rows import counted, read_params, to_seen
 from durable.store.postgres.rows import to_run
 from durable.store.queue_statements import (
@@ -22,7 +23,7 @@ from durable.store.queue_statements import (
     RESULT_READ_PARAMS,
     RESULT_READ_SELECT,
 )
-from durable.store.statements import PG_CLAIM_STEP, PG_SET_STEP_TIMEOUT, RUN_COLUMNS
+from durable.store.statements import CP_FIELD, PG_CLAIM_STEP, PG_SET_STEP_TIMEOUT, RUN_COLUMNS, RUN_FIELD
 
 # The read a step result carries: the full one, or a busy queue's count alone (AdmissionRead.count_only).
 _READS = {
@@ -44,11 +45,15 @@ class PostgresSteps(PostgresBase, StepRows):
         rows = self._execute(PG_CLAIM_STEP, params)
         if not rows:
             return None
-        claim = claim_from_row(plan.run_id, plan.seq, rows[0][1:])
-        timeout_at = plan.timeout_at(timeout_of(claim.name))
+        cp_id, name, raw_input, attempts, namespace, queue, ready_at, workflow, raw_trace = rows[0]
+        field: Any = CP_FIELD["input"]
+        value = field.from_db_value(raw_input, None, connection) if raw_input is not None else None
+        trace_field: Any = RUN_FIELD["trace_context"]
+        trace = trace_field.from_db_value(raw_trace, None, connection) if raw_trace is not None else None
+        timeout_at = plan.timeout_at(timeout_of(name))
         if timeout_at is not None:
-            self._execute(PG_SET_STEP_TIMEOUT, [timeout_at, rows[0][0]])
-        return claim
+            self._execute(PG_SET_STEP_TIMEOUT, [timeout_at, cp_id])
+        return StepClaim(plan.run_id, plan.seq, name, value, attempts, namespace, queue, ready_at, workflow, trace)
 
     def _settle_step(self, plan: StepResultPlan, read: AdmissionRead | None = None) -> tuple[bool, RunRecord | None]:
         """Settle and wake (or lease) in one statement; whether the run was woken, the run as leased.
