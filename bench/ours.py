@@ -298,11 +298,12 @@ def cmd_counts_dispatched(args: argparse.Namespace) -> dict[str, Any]:
         return "COUNT(*)" in sql.upper() and "durable_run" in sql
 
     def counted(prefix: str, steps: int) -> dict[str, Any]:
-        sqlcount.collect("durable")
+        sqlcount.settle("durable")
+        sqlcount.collect("durable")  # the previous batch's, all of it (settled): not this one's
         before = sqlcount.counter.snapshot()
         server, _ = common.counted_server(url, lambda: batch(prefix, steps))
         mine = sqlcount.diff(sqlcount.counter.snapshot(), before)
-        time.sleep(0.3)
+        sqlcount.settle("durable")  # this batch's tail, pushed after its runs completed
         total = sqlcount.add(mine, sqlcount.collect("durable"))
         # the driver's completion polls are the benchmark's, not the engine's
         n_polls = sum(v for k, v in total["by_statement"].items() if polls(k))

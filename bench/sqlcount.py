@@ -115,9 +115,15 @@ class SqlCounter:
             }
 
 
+# A data-modifying statement inside a WITH: ``(INSERT INTO``, ``(UPDATE "t"``, ``(DELETE FROM``, wherever
+# it stands (after a parenthesis too), but not a row lock (``FOR UPDATE``, ``FOR NO KEY UPDATE SKIP LOCKED``).
+_WRITE_IN_CTE = re.compile(r"\b(INSERT\s+INTO|DELETE\s+FROM|(?<!FOR )(?<!KEY )UPDATE\s+(?!SKIP\b|NOWAIT\b|OF\b)[\"\w])")
+
+
 def _cte_writes(text: str) -> bool:
+    """Does this WITH statement write (one of its parts inserts, updates or deletes rows)?"""
     upper = text.upper()
-    return upper.startswith("WITH") and any(f" {w} " in f" {upper} " for w in ("INSERT", "UPDATE", "DELETE"))
+    return upper.startswith("WITH") and _WRITE_IN_CTE.search(upper) is not None
 
 
 def per_unit(small: dict[str, Any], big: dict[str, Any], units: float, runs: int) -> dict[str, Any]:
@@ -265,6 +271,28 @@ def start_flusher(system: str) -> None:
                 sent = now
 
     threading.Thread(target=loop, name="bench-sql-flush", daemon=True).start()
+
+
+def settle(system: str, quiet: float = 0.5, timeout: float = 15.0) -> None:
+    """Wait until the worker processes pushed nothing under ``bench:sql:<system>`` for ``quiet`` seconds.
+
+    A worker pushes its counts up to 0.1 s after its statements, and a run's
+    last statements (its completion, what follows it) land after the driver
+    saw it complete: collected too early, one batch's tail was counted with
+    the next batch (or dropped with the leftovers), so the fixed cost per
+    workflow came out high and the cost per step low.
+    """
+    from bench import probe
+
+    c = probe.client()
+    deadline = time.monotonic() + timeout
+    seen = c.llen(f"bench:sql:{system}")
+    while time.monotonic() < deadline:
+        time.sleep(quiet)
+        now = c.llen(f"bench:sql:{system}")
+        if now == seen:
+            return
+        seen = now
 
 
 def collect(system: str) -> dict[str, Any]:

@@ -126,3 +126,23 @@ def test_the_per_step_baseline_row_is_a_multiple_of_the_insert_with_a_maximum() 
     r = row("3", "step ÷ insert", step, insert, higher=True, most=1.3)
     assert r["advantage"] == 1.2 and r["met"] is True
     assert row("3", "step ÷ insert", step, {"median": 0.5, "values": [0.5] * 3}, higher=True, most=1.3)["met"] is False
+
+
+def test_a_with_statement_counts_as_a_write_when_a_part_writes_not_when_it_only_locks() -> None:
+    from bench.sqlcount import SqlCounter
+
+    writes = [
+        'WITH lease AS (SELECT 1 FROM "durable_run" FOR SHARE), ins AS (INSERT INTO "t" ("a") SELECT 1) SELECT 1',
+        'WITH lease AS (UPDATE "durable_run" SET "status" = %s WHERE "id" = %s RETURNING 1) SELECT 1 FROM lease',
+        'WITH old AS (SELECT 1 FROM "r" FOR UPDATE), cp AS (UPDATE "c" SET "s" = %s RETURNING 1) SELECT 1',
+        'WITH gone AS (DELETE FROM "w" WHERE "run_id" = %s) SELECT 1',
+    ]
+    reads = [
+        'WITH lk AS (SELECT 1 FROM "q" WHERE "name" = %s FOR UPDATE) SELECT 1 FROM lk',
+        'WITH c AS (SELECT 1 FROM "q" FOR NO KEY UPDATE SKIP LOCKED) SELECT 1 FROM c',
+        'WITH c AS (SELECT 1 FROM "q" FOR UPDATE OF "q" NOWAIT) SELECT 1 FROM c',
+    ]
+    counter = SqlCounter()
+    for sql in writes + reads:
+        counter.statement(sql, conn_key=1, in_txn=False)
+    assert (counter.autocommit_txns, counter.write_txns) == (7, 4)
