@@ -234,15 +234,12 @@ class Checkpoint(models.Model):
                 name="durable_cp_queue_backlog",
                 condition=models.Q(admission__isnull=False, status="pending"),
             ),
-            # when each key of a limited queue was last admitted (round robin), admissions per minute
+            # when each key of a limited queue was last admitted (round robin); the admissions per
+            # minute are counted on the queue's row instead (an index here is written by every
+            # later update of an admitted step: its claim, its heartbeats, its result)
             models.Index(
                 fields=["queue", "queue_key", "admitted_at"],
                 name="durable_cp_queue_served",
-                condition=models.Q(admitted_at__isnull=False),
-            ),
-            models.Index(
-                fields=["queue", "admitted_at"],
-                name="durable_cp_queue_admitted",
                 condition=models.Q(admitted_at__isnull=False),
             ),
         ]
@@ -486,6 +483,11 @@ class Queue(models.Model):
     paused = models.BooleanField(default=False)
     # The earliest start the rate limit grants next (spacing starts one interval apart).
     rate_next_at = models.DateTimeField(null=True, blank=True)
+    # Admissions per minute (durable.engine.queue_tally): the minute of the latest grants,
+    # the grants in it and in the minute before; rewritten by every grant.
+    admitted_minute = models.DateTimeField(null=True, blank=True)
+    admitted_count = models.IntegerField(default=0, db_default=0)
+    admitted_prior = models.IntegerField(default=0, db_default=0)
     updated_at = models.DateTimeField(default=clock_now)
 
     class Meta:

@@ -34,7 +34,9 @@ class QueueInfo:
     ``limits``: in force (``settings`` with ``overrides`` winning);
     ``running``: steps holding a slot; ``waiting``: steps waiting for one
     (``oldest_waiting``: the earliest dispatch among them);
-    ``admitted_last_minute``: admissions granted in the last 60 seconds.
+    ``admitted_last_minute``: admissions granted in the last 60 seconds, as
+    the queue row's per-minute counts estimate them
+    (:class:`~durable.engine.queue_tally.QueueTally`).
     """
 
     name: str

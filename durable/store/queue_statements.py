@@ -288,8 +288,11 @@ PG_ADMIT_PEEK, PG_ADMIT_PEEK_PARAMS = positional("WITH RECURSIVE {} {}".format(*
 # concurrent read that it missed these grants); compare-and-set on pending (a step that
 # left pending meanwhile is not granted). With a version, also compare-and-set on the
 # queue row's: nothing is written unless the row is still the one the grants were chosen
-# from (locked here, so no admission commits in between). Params: queue, version, version,
-# ids, starts, untils, rate_next_at, queue. Returns whether the row matched, and the ids granted.
+# from (locked here, so no admission commits in between). The row's admission counts take
+# the grants written (QueueTally.add, the same arithmetic). Params: queue, version, version,
+# ids, starts, untils, minute (the admission's now, truncated), rate_next_at, queue.
+# Returns whether the row matched, and the ids granted.
+_NEWER = f"{q('admitted_minute')} >= (SELECT b FROM m)"
 PG_ADMIT_GRANT = (
     f"WITH lk AS (SELECT 1 FROM {QUEUE_TABLE} WHERE {q('name')} = %s "
     f"AND (%s::text IS NULL OR xmin::text = %s::text) FOR UPDATE), "
@@ -298,7 +301,13 @@ PG_ADMIT_GRANT = (
     f"FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]) AS v(i, s, u) "
     f"WHERE c.{q('id')} = v.i AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND EXISTS (SELECT 1 FROM lk) "
     f"RETURNING c.{q('id')}), "
-    f"t AS (UPDATE {QUEUE_TABLE} SET {q('rate_next_at')} = %s::timestamptz WHERE {q('name')} = %s "
-    f"AND EXISTS (SELECT 1 FROM lk)) "
+    "m AS (SELECT %s::timestamptz AS b), "
+    f"t AS (UPDATE {QUEUE_TABLE} SET {q('rate_next_at')} = %s::timestamptz, "
+    # Every right-hand side reads the row as it was (SQL's UPDATE), as QueueTally.add does.
+    f"{q('admitted_prior')} = CASE WHEN {_NEWER} THEN {q('admitted_prior')} "
+    f"WHEN {q('admitted_minute')} = (SELECT b FROM m) - interval '1 minute' THEN {q('admitted_count')} ELSE 0 END, "
+    f"{q('admitted_count')} = CASE WHEN {_NEWER} THEN {q('admitted_count')} ELSE 0 END + (SELECT count(*) FROM g), "
+    f"{q('admitted_minute')} = GREATEST({q('admitted_minute')}, (SELECT b FROM m)) "
+    f"WHERE {q('name')} = %s AND EXISTS (SELECT 1 FROM lk)) "
     f"SELECT EXISTS (SELECT 1 FROM lk), ARRAY(SELECT {q('id')} FROM g)"
 )

@@ -189,8 +189,23 @@ def test_queue_stats_count_running_waiting_and_admissions_of_the_last_minute(sto
     admit(store, 10, concurrency=2)
     stats = store.queue_stats("q", at(10) + timedelta(seconds=1))
     assert (stats.running, stats.waiting, stats.oldest_waiting, stats.admitted_last_minute) == (2, 2, at(3), 2)
-    assert store.queue_stats("q", at(80)).admitted_last_minute == 0
+    assert store.queue_stats("q", at(125)).admitted_last_minute == 0
     assert store.queue_stats("other", T0).running == 0
+
+
+def test_admissions_per_minute_roll_over_minutes_as_the_row_counts_them(store: Any) -> None:
+    """The row's two per-minute counts, written by each store's grant, across minutes and a late clock."""
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 9)))
+    assert len(admit(store, 50, batch=2)) == 2  # minute 0
+    assert store.queue_stats("q", at(59)).admitted_last_minute == 2
+    assert len(admit(store, 70, batch=1)) == 1  # minute 1: minute 0's two become the prior count
+    # At 70 s the window reaches back to 10 s: 1 now, and 50/60 of minute 0's two (rounded).
+    assert store.queue_stats("q", at(70)).admitted_last_minute == 3
+    assert store.queue_stats("q", at(110)).admitted_last_minute == 1  # 2 x 10/60 rounds to 0
+    assert len(admit(store, 55, batch=1)) == 1  # a clock behind the row's minute adds to that minute
+    assert store.queue_stats("q", at(70)).admitted_last_minute == 4
+    assert len(admit(store, 200, batch=1)) == 1  # minute 3: minute 1 is too old to count
+    assert store.queue_stats("q", at(200)).admitted_last_minute == 1
 
 
 def _finish_reading(store: Any, seq: int, now: float, count_only: bool = False, **limits: Any) -> Any:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from durable.engine.plan_queues import (
@@ -15,6 +15,7 @@ from durable.engine.plan_queues import (
     rank_within_keys,
 )
 from durable.engine.ports import QueueRecord, QueueStats
+from durable.engine.queue_tally import QueueTally
 from durable.engine.vocab import ACTIVE, UNSETTLED, Admission, CheckpointKind, CheckpointStatus
 from durable.store.memory.base import MemoryBase, atomically, locked
 from durable.store.memory.tables import Row, as_json
@@ -49,6 +50,7 @@ class QueuesPart(MemoryBase):
         row = self.tables.queues.get(name)
         if row is None:
             row = {"name": name, "overrides": {}, "paused": False, "rate_next_at": None, "updated_at": now}
+            row.update(admitted_minute=None, admitted_count=0, admitted_prior=0)
             self.tables.put(self.tables.queues, name, row)
         return row
 
@@ -91,8 +93,15 @@ class QueuesPart(MemoryBase):
         by_id = {cp["id"]: cp for cp in waiting}
         for grant in grants:
             self.tables.set(by_id[grant.id], admission=Admission.ADMITTED, admitted_at=grant.start, wake_at=grant.until)
-        if rate_next_at != queue["rate_next_at"]:
-            self.tables.set(queue, rate_next_at=rate_next_at)
+        tally = QueueTally.of(queue).add(plan.now, len(grants))
+        if grants or rate_next_at != queue["rate_next_at"]:
+            self.tables.set(
+                queue,
+                rate_next_at=rate_next_at,
+                admitted_minute=tally.minute,
+                admitted_count=tally.count,
+                admitted_prior=tally.prior,
+            )
         return QueueAdmitted(plan.queue, grants)
 
     def _may_admit(self, cp: Row, now: datetime) -> bool:
@@ -127,9 +136,6 @@ class QueuesPart(MemoryBase):
         key_running = sum(1 for cp in steps if key is not None and cp["queue_key"] == key and self._holds(cp, now))
         waiting = [cp for cp in steps if cp["status"] == CheckpointStatus.PENDING and not self._holds(cp, now)]
         arrivals = [cp["enqueued_at"] for cp in waiting if cp["enqueued_at"] is not None]
-        recent = sum(
-            1
-            for cp in self._queue_steps(name)
-            if cp["admitted_at"] is not None and now - timedelta(minutes=1) < cp["admitted_at"] <= now
-        )
+        row = self.tables.queues.get(name)
+        recent = QueueTally.of(row).per_minute(now) if row is not None else 0
         return QueueStats(running, len(waiting), min(arrivals) if arrivals else None, recent, key_running)

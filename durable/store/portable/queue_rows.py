@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
@@ -11,6 +11,7 @@ from django.db.models.functions import RowNumber
 
 from durable.engine.plan_queues import Candidate, Grant, QueueAdmissionPlan, QueueAdmitted, QueueSeen, effective_limits
 from durable.engine.ports import QueueRecord, QueueStats
+from durable.engine.queue_tally import COLUMNS, QueueTally
 from durable.engine.vocab import ACTIVE, UNSETTLED, Admission, CheckpointKind, CheckpointStatus
 from durable.models import Checkpoint, Queue
 from durable.store.portable.shared import StoreBase
@@ -49,8 +50,14 @@ class QueueRows(StoreBase):
             by_key = self._held_by_key(plan, keys) if limits.key_concurrency is not None else {}
             grants, rate_next_at = plan.choose(limits, held, by_key, candidates, queue["rate_next_at"])
             granted = self._grant(plan, grants)
-            if rate_next_at != queue["rate_next_at"]:
-                Queue.objects.filter(name=plan.queue).update(rate_next_at=rate_next_at)
+            tally = QueueTally.of(queue).add(plan.now, len(granted))
+            if granted or rate_next_at != queue["rate_next_at"]:
+                Queue.objects.filter(name=plan.queue).update(
+                    rate_next_at=rate_next_at,
+                    admitted_minute=tally.minute,
+                    admitted_count=tally.count,
+                    admitted_prior=tally.prior,
+                )
         return QueueAdmitted(plan.queue, granted)
 
     def _lock_queue(self, plan: QueueAdmissionPlan) -> dict[str, Any] | None:
@@ -66,7 +73,7 @@ class QueueRows(StoreBase):
             Queue.objects.select_for_update(of=("self",))
             .filter(name=plan.queue)
             .annotate(waits=Exists(self._waiting(plan)))
-            .values("paused", "overrides", "rate_next_at", "waits")
+            .values("paused", "overrides", "rate_next_at", "waits", *COLUMNS)
             .first()
         )
         if row is None:
@@ -191,5 +198,6 @@ class QueueRows(StoreBase):
             admission=Admission.ADMITTED, wake_at__gt=now
         )
         found = waiting.aggregate(n=Count("id"), oldest=Min("enqueued_at"))
-        recent = steps.filter(admitted_at__gt=now - timedelta(minutes=1), admitted_at__lte=now).count()
+        row = Queue.objects.filter(name=name).values(*COLUMNS).first()
+        recent = QueueTally.of(row).per_minute(now) if row is not None else 0
         return QueueStats(running, found["n"], found["oldest"], recent, key_running)

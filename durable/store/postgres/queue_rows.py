@@ -21,6 +21,7 @@ from durable.engine.plan_queues import (
     QueueSeen,
     effective_limits,
 )
+from durable.engine.queue_tally import minute_of
 from durable.engine.vocab import ACTIVE
 from durable.models import Queue
 from durable.store.portable.queue_rows import QueueRows
@@ -172,5 +173,5 @@ class PostgresQueues(PostgresBase, QueueRows):
         """Write ``grants`` (and the row's rate_next_at); whether the row was at ``version``, the grants written."""
         ids = [g.id for g in grants]
         params = [plan.queue, version, version, ids, [g.start for g in grants], [g.until for g in grants]]
-        matched, written = self._execute(PG_ADMIT_GRANT, [*params, next_at, plan.queue])[0]
+        matched, written = self._execute(PG_ADMIT_GRANT, [*params, minute_of(plan.now), next_at, plan.queue])[0]
         return matched, tuple(g for g in grants if g.id in set(written))
