@@ -234,13 +234,13 @@ class Checkpoint(models.Model):
                 name="durable_cp_queue_backlog",
                 condition=models.Q(admission__isnull=False, status="pending"),
             ),
-            # when each key of a limited queue was last admitted (round robin); the admissions per
-            # minute are counted on the queue's row instead (an index here is written by every
-            # later update of an admitted step: its claim, its heartbeats, its result)
+            # when each key of a limited queue was last admitted (round robin). Steps without a key,
+            # and the admissions per minute, are counted on the queue's row instead: an entry here
+            # is written again by every later update of the step (claim, heartbeats, result).
             models.Index(
                 fields=["queue", "queue_key", "admitted_at"],
                 name="durable_cp_queue_served",
-                condition=models.Q(admitted_at__isnull=False),
+                condition=models.Q(admitted_at__isnull=False, queue_key__isnull=False),
             ),
         ]
 
@@ -488,6 +488,8 @@ class Queue(models.Model):
     admitted_minute = models.DateTimeField(null=True, blank=True)
     admitted_count = models.IntegerField(default=0, db_default=0)
     admitted_prior = models.IntegerField(default=0, db_default=0)
+    # When a step without a key was last admitted (round robin; keyed steps': durable_cp_queue_served).
+    unkeyed_served_at = models.DateTimeField(null=True, blank=True)
     updated_at = models.DateTimeField(default=clock_now)
 
     class Meta:

@@ -158,6 +158,15 @@ class Grant:
     seq: int
     start: datetime
     until: datetime
+    key: str | None = None
+
+
+def unkeyed_served(last: datetime | None, grants: Iterable[Grant]) -> datetime | None:
+    """When a step without a key was last admitted, after ``grants`` (the queue row keeps it for the round robin)."""
+    starts = [grant.start for grant in grants if grant.key is None]
+    if last is not None:
+        starts.append(last)
+    return max(starts, default=None)
 
 
 @dataclass(frozen=True)
@@ -311,7 +320,7 @@ class QueueAdmissionPlan:
                 if per_key.get(cand.key, 0) >= limits.key_concurrency:
                     continue
             per_key[cand.key] = per_key.get(cand.key, 0) + 1
-            grants.append(Grant(cand.id, cand.run_id, cand.seq, start, start + self.lease))
+            grants.append(Grant(cand.id, cand.run_id, cand.seq, start, start + self.lease, cand.key))
             if limits.rate is not None:
                 start += limits.rate.interval
         next_at = start if limits.rate is not None and grants else rate_next_at

@@ -100,8 +100,8 @@ def _last_served(key: str) -> str:
     """When the key that ``key`` matches was last admitted in the queue (an index probe, newest first)."""
     return (
         f"SELECT c.{q('admitted_at')} FROM {CP_TABLE} c WHERE c.{q('queue')} = %(queue)s AND {key} "
-        # The index's own order, backwards: a NULL key is no equality to the planner (see _oldest).
-        f"AND c.{q('admitted_at')} IS NOT NULL "
+        # The index's own order, backwards, and its condition (a key) spelled out.
+        f"AND c.{q('admitted_at')} IS NOT NULL AND c.{q('queue_key')} IS NOT NULL "
         f"ORDER BY c.{q('queue')} DESC, c.{q('queue_key')} DESC, c.{q('admitted_at')} DESC LIMIT 1"
     )
 
@@ -209,7 +209,7 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
     """
     lock = " FOR UPDATE" if locked else " FOR SHARE" if result else ""
     ctes = [
-        f"lk AS (SELECT {q('paused')}, {q('overrides')}, {q('rate_next_at')}, xmin AS v "
+        f"lk AS (SELECT {q('paused')}, {q('overrides')}, {q('rate_next_at')}, {q('unkeyed_served_at')}, xmin AS v "
         f"FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s{lock})",
         f"snap AS (SELECT xmin AS v FROM {QUEUE_TABLE} WHERE {q('name')} = %(queue)s)",
     ]
@@ -226,8 +226,9 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
         f"- (SELECT COALESCE(sum(n), 0) FROM holders), %(batch)s::integer)), 0){none} AS wanted FROM lk)",
         *_CANDIDATES,
         # When each candidate's key was last admitted, needed only to take turns between keys:
-        # one probe per key of the served index (its newest admission), not the queue's history.
-        f"served AS (SELECT d.k, CASE WHEN d.k IS NULL THEN ({_last_served(q('queue_key') + ' IS NULL')}) "
+        # one probe per key of the served index (its newest admission), not the queue's history;
+        # for the steps without a key, the queue row says.
+        f"served AS (SELECT d.k, CASE WHEN d.k IS NULL THEN (SELECT {q('unkeyed_served_at')} FROM lk) "
         f"ELSE ({_last_served(q('queue_key') + ' = d.k')}) END AS at FROM (SELECT DISTINCT k FROM cands) d "
         f"WHERE (SELECT count(*) FROM (SELECT DISTINCT k FROM cands) n) > 1)",
     ]
@@ -289,7 +290,8 @@ PG_ADMIT_PEEK, PG_ADMIT_PEEK_PARAMS = positional("WITH RECURSIVE {} {}".format(*
 # left pending meanwhile is not granted). With a version, also compare-and-set on the
 # queue row's: nothing is written unless the row is still the one the grants were chosen
 # from (locked here, so no admission commits in between). The row's admission counts take
-# the grants written (QueueTally.add, the same arithmetic). Params: queue, version, version,
+# the grants written (QueueTally.add, the same arithmetic), and its unkeyed_served_at the latest
+# start granted to a step without a key (the round robin's time for them). Params: queue, version, version,
 # ids, starts, untils, minute (the admission's now, truncated), rate_next_at, queue.
 # Returns whether the row matched, and the ids granted.
 _NEWER = f"{q('admitted_minute')} >= (SELECT b FROM m)"
@@ -300,14 +302,15 @@ PG_ADMIT_GRANT = (
     f"{q('admitted_at')} = v.s, {q('wake_at')} = v.u "
     f"FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]) AS v(i, s, u) "
     f"WHERE c.{q('id')} = v.i AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND EXISTS (SELECT 1 FROM lk) "
-    f"RETURNING c.{q('id')}), "
+    f"RETURNING c.{q('id')}, c.{q('queue_key')} AS k, c.{q('admitted_at')} AS s), "
     "m AS (SELECT %s::timestamptz AS b), "
     f"t AS (UPDATE {QUEUE_TABLE} SET {q('rate_next_at')} = %s::timestamptz, "
     # Every right-hand side reads the row as it was (SQL's UPDATE), as QueueTally.add does.
     f"{q('admitted_prior')} = CASE WHEN {_NEWER} THEN {q('admitted_prior')} "
     f"WHEN {q('admitted_minute')} = (SELECT b FROM m) - interval '1 minute' THEN {q('admitted_count')} ELSE 0 END, "
     f"{q('admitted_count')} = CASE WHEN {_NEWER} THEN {q('admitted_count')} ELSE 0 END + (SELECT count(*) FROM g), "
-    f"{q('admitted_minute')} = GREATEST({q('admitted_minute')}, (SELECT b FROM m)) "
+    f"{q('admitted_minute')} = GREATEST({q('admitted_minute')}, (SELECT b FROM m)), "
+    f"{q('unkeyed_served_at')} = GREATEST({q('unkeyed_served_at')}, (SELECT max(s) FROM g WHERE k IS NULL)) "
     f"WHERE {q('name')} = %s AND EXISTS (SELECT 1 FROM lk)) "
     f"SELECT EXISTS (SELECT 1 FROM lk), ARRAY(SELECT {q('id')} FROM g)"
 )

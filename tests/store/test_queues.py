@@ -6,6 +6,8 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
+import pytest
+
 from durable.engine.plan_queues import AdmissionRead, QueueLimits, Rate, plan_queue_admission
 from durable.engine.vocab import Admission, CheckpointStatus
 from tests.store.conftest import OTHER, OWNER, T0, at, running, step, suspend
@@ -71,8 +73,10 @@ def test_key_concurrency_skips_keys_at_their_limit(store: Any) -> None:
     assert admit(store, 7, key_concurrency=1) == [("r1", 2)]
 
 
-def test_round_robin_across_keys_a_hot_key_does_not_starve_the_others(store: Any) -> None:
-    hot = [waiting(seq, "hot", seq) for seq in range(1, 6)]
+@pytest.mark.parametrize("hot_key", ["hot", None], ids=["keyed", "unkeyed"])
+def test_round_robin_across_keys_a_hot_key_does_not_starve_the_others(store: Any, hot_key: str | None) -> None:
+    """Steps without a key take their turn as one key (their last admission is kept on the queue's row)."""
+    hot = [waiting(seq, hot_key, seq) for seq in range(1, 6)]
     enqueue(store, "r1", *hot, waiting(10, "a", 10), waiting(11, "b", 11))
     order = []
     for tick in range(7):

@@ -13,6 +13,7 @@ from durable.engine.plan_queues import (
     QueueSeen,
     effective_limits,
     rank_within_keys,
+    unkeyed_served,
 )
 from durable.engine.ports import QueueRecord, QueueStats
 from durable.engine.queue_tally import QueueTally
@@ -50,7 +51,7 @@ class QueuesPart(MemoryBase):
         row = self.tables.queues.get(name)
         if row is None:
             row = {"name": name, "overrides": {}, "paused": False, "rate_next_at": None, "updated_at": now}
-            row.update(admitted_minute=None, admitted_count=0, admitted_prior=0)
+            row.update(admitted_minute=None, admitted_count=0, admitted_prior=0, unkeyed_served_at=None)
             self.tables.put(self.tables.queues, name, row)
         return row
 
@@ -69,10 +70,13 @@ class QueuesPart(MemoryBase):
         if not plan.wanted(limits, sum(held.values())):
             return QueueAdmitted(plan.queue)
         waiting = [cp for cp in steps if self._may_admit(cp, plan.now)]
-        served: dict[str | None, datetime] = {}
+        # Keyed steps' last admission from the steps, unkeyed ones' from the row (as the database stores).
+        served: dict[str | None, datetime] = {None: queue["unkeyed_served_at"]} if queue["unkeyed_served_at"] else {}
         for cp in steps:
-            if cp["admitted_at"] is not None and (
-                cp["queue_key"] not in served or cp["admitted_at"] > served[cp["queue_key"]]
+            if (
+                cp["admitted_at"] is not None
+                and cp["queue_key"] is not None
+                and (cp["queue_key"] not in served or cp["admitted_at"] > served[cp["queue_key"]])
             ):
                 served[cp["queue_key"]] = cp["admitted_at"]
         candidates = [
@@ -101,6 +105,7 @@ class QueuesPart(MemoryBase):
                 admitted_minute=tally.minute,
                 admitted_count=tally.count,
                 admitted_prior=tally.prior,
+                unkeyed_served_at=unkeyed_served(queue["unkeyed_served_at"], grants),
             )
         return QueueAdmitted(plan.queue, grants)
 

@@ -9,7 +9,15 @@ from django.db import transaction
 from django.db.models import Case, Count, DateTimeField, Exists, F, Max, Min, Q, Value, When, Window
 from django.db.models.functions import RowNumber
 
-from durable.engine.plan_queues import Candidate, Grant, QueueAdmissionPlan, QueueAdmitted, QueueSeen, effective_limits
+from durable.engine.plan_queues import (
+    Candidate,
+    Grant,
+    QueueAdmissionPlan,
+    QueueAdmitted,
+    QueueSeen,
+    effective_limits,
+    unkeyed_served,
+)
 from durable.engine.ports import QueueRecord, QueueStats
 from durable.engine.queue_tally import COLUMNS, QueueTally
 from durable.engine.vocab import ACTIVE, UNSETTLED, Admission, CheckpointKind, CheckpointStatus
@@ -57,6 +65,7 @@ class QueueRows(StoreBase):
                     admitted_minute=tally.minute,
                     admitted_count=tally.count,
                     admitted_prior=tally.prior,
+                    unkeyed_served_at=unkeyed_served(queue["unkeyed_served_at"], granted),
                 )
         return QueueAdmitted(plan.queue, granted)
 
@@ -73,7 +82,7 @@ class QueueRows(StoreBase):
             Queue.objects.select_for_update(of=("self",))
             .filter(name=plan.queue)
             .annotate(waits=Exists(self._waiting(plan)))
-            .values("paused", "overrides", "rate_next_at", "waits", *COLUMNS)
+            .values("paused", "overrides", "rate_next_at", "waits", "unkeyed_served_at", *COLUMNS)
             .first()
         )
         if row is None:
@@ -135,17 +144,19 @@ class QueueRows(StoreBase):
         """When each of ``keys`` was last admitted in this queue (round robin: the longest ago goes first)."""
         if len(keys) < 2:
             return {}  # one key: nothing to take turns with
-        named = Q(queue_key__in=[k for k in keys if k is not None])
-        if None in keys:
-            named |= Q(queue_key__isnull=True)
+        named = [k for k in keys if k is not None]
         rows = (
-            Checkpoint.objects.filter(queue=plan.queue, admitted_at__isnull=False)
-            .filter(named)
+            Checkpoint.objects.filter(queue=plan.queue, admitted_at__isnull=False, queue_key__in=named)
             .values("queue_key")
             .annotate(last=Max("admitted_at"))
             .order_by()
         )
-        return {row["queue_key"]: row["last"] for row in rows}
+        served: dict[str | None, datetime] = {row["queue_key"]: row["last"] for row in rows}
+        if None in keys:  # steps without a key: the queue row keeps when they were last admitted
+            last = Queue.objects.filter(name=plan.queue).values_list("unkeyed_served_at", flat=True).first()
+            if last is not None:
+                served[None] = last
+        return served
 
     def _grant(self, plan: QueueAdmissionPlan, grants: tuple[Grant, ...]) -> tuple[Grant, ...]:
         """Write the grants in one statement (compare-and-set on ``pending``); those written."""
