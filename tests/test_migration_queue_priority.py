@@ -6,12 +6,10 @@ index as the runs' priorities say, exactly as the steps written after it.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
+
+from tests.migration_steps import migrate, migrate_to_latest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,15 +17,8 @@ BEFORE = [("durable", "0018_waiter_and_lease_indexes")]
 AFTER = [("durable", "0019_queue_backlog_priority")]
 
 
-def _migrate(targets: list[tuple[str, str]]) -> Any:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 def test_open_queue_steps_take_their_runs_priority_and_the_rest_keep_zero():
-    apps = _migrate(BEFORE)
+    apps = migrate(BEFORE)
     try:
         run_model, cp_model = apps.get_model("durable", "Run"), apps.get_model("durable", "Checkpoint")
         at = timezone.now()
@@ -37,10 +28,8 @@ def test_open_queue_steps_take_their_runs_priority_and_the_rest_keep_zero():
         cp_model.objects.create(seq=2, status="running", admission="admitted", **common)
         cp_model.objects.create(seq=3, status="completed", admission="admitted", **common)
         cp_model.objects.create(seq=4, status="pending", **common)  # a step of a queue without limits
-        apps = _migrate(AFTER)
+        apps = migrate(AFTER)
         rows = apps.get_model("durable", "Checkpoint").objects.order_by("seq").values_list("seq", "priority")
         assert list(rows) == [(1, 7), (2, 7), (3, 0), (4, 0)]
     finally:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(executor.loader.graph.leaf_nodes("durable"))
+        migrate_to_latest()

@@ -7,12 +7,11 @@ upgrade exactly as it did before, though the served index keeps keyed steps only
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.utils import timezone
+
+from tests.migration_steps import migrate, migrate_to_latest
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -20,15 +19,8 @@ BEFORE = [("durable", "0022_run_awaiting_steps")]
 AFTER = [("durable", "0023_queue_admission_tally")]
 
 
-def _migrate(targets: list[tuple[str, str]]) -> Any:
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 def test_each_queue_row_takes_its_unkeyed_steps_latest_admission() -> None:
-    apps = _migrate(BEFORE)
+    apps = migrate(BEFORE)
     try:
         run_model, cp_model = apps.get_model("durable", "Run"), apps.get_model("durable", "Checkpoint")
         queue_model = apps.get_model("durable", "Queue")
@@ -41,10 +33,8 @@ def test_each_queue_row_takes_its_unkeyed_steps_latest_admission() -> None:
         cp_model.objects.create(seq=2, queue="q", admitted_at=at + timedelta(seconds=5), **common)
         cp_model.objects.create(seq=3, queue="q", queue_key="k", admitted_at=at + timedelta(seconds=9), **common)
         cp_model.objects.create(seq=4, queue="keyed", queue_key="k", admitted_at=at, **common)
-        apps = _migrate(AFTER)
+        apps = migrate(AFTER)
         rows = apps.get_model("durable", "Queue").objects.order_by("name").values_list("name", "unkeyed_served_at")
         assert list(rows) == [("idle", None), ("keyed", None), ("q", at + timedelta(seconds=5))]
     finally:
-        executor = MigrationExecutor(connection)
-        executor.loader.build_graph()
-        executor.migrate(executor.loader.graph.leaf_nodes("durable"))
+        migrate_to_latest()
