@@ -255,7 +255,9 @@ def count_read() -> tuple[str, str]:
     leaves its slot depends on no version of the row). A statement that
     carries it is planned and run as a plain result is, plus those probes,
     where the full read (:func:`admit_read`) costs its whole plan on every
-    result. Params: queue, leave_min, leave_share, concurrency, now, run_id,
+    result; locking nothing, it is read before the result locks its run's
+    row (:data:`RESULT_COUNT_FIRST`), so that row, for which the run's other
+    results queue, is not held while it counts. Params: queue, leave_min, leave_share, concurrency, now, run_id,
     seq. One row: paused, overrides, and the unstarted steps counted (0
     when too few to leave the slot: ``QueueSeen.leaves_slot`` then says no).
     """
@@ -278,6 +280,8 @@ RESULT_READ_CTES, RESULT_READ_PARAMS = positional(_RESULT_CTES)
 _COUNT_CTES, RESULT_COUNT_SELECT = count_read()
 # A busy queue's result reads only its short read (see :func:`count_read`), positional.
 RESULT_COUNT_CTES, RESULT_COUNT_PARAMS = positional(_COUNT_CTES)
+# Its decision, read before the result locks its run row (it locks nothing, see count_read).
+RESULT_COUNT_FIRST = "short"
 # The same count on its own: whether an admission that lost its race may leave its slots.
 PG_COUNT_READ, PG_COUNT_READ_PARAMS = positional(f"WITH {_COUNT_CTES} {RESULT_COUNT_SELECT}")
 # The read of an admission under the queue row's lock (see :func:`admit_read`).

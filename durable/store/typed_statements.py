@@ -36,7 +36,12 @@ class PostgresStatements(CommitStatements):
 
     # -- a step result ----------------------------------------------------------------
     def finish_step(
-        self, take: bool, claimed: bool = False, notify: bool = False, read: tuple[str, str] | None = None
+        self,
+        take: bool,
+        claimed: bool = False,
+        notify: bool = False,
+        read: tuple[str, str] | None = None,
+        read_first: str | None = None,
     ) -> str:
         """Settle an open step and wake (or, ``take``, lease) its suspended run, run row locked first.
 
@@ -52,7 +57,12 @@ class PostgresStatements(CommitStatements):
         as found, whether this statement woke it, then the run's columns as
         leased (NULLs when not woken). ``read``: the CTEs and SELECT of a read
         that rides along (its params follow); then every row continues with
-        whether the step was settled and one row of that read.
+        whether the step was settled and one row of that read. ``read_first``:
+        one of that read's CTEs (one row, a column ``s`` never NULL) evaluated
+        before the run row is locked, for a read that takes no lock itself:
+        the statement's snapshot is the same either way, so it reads the same
+        rows, and the run row's lock, which this run's other results queue
+        for, is not held while it reads.
         """
         wake = _wake_sets(take)
         claim = (
@@ -61,10 +71,13 @@ class PostgresStatements(CommitStatements):
             else ""
         )
         woken = f"(d.{q('awaiting_steps')} IS NULL OR d.{q('awaiting_steps')} <= 0 OR old.failure)"
+        # An uncorrelated subquery in the locking read's condition is a one-time filter, run
+        # before its scan and so before any row is locked (RECURSIVE allows the forward reference).
+        gate = f"AND (SELECT s IS NOT NULL FROM {read_first}) " if read is not None and read_first else ""
         sql = (
             # RECURSIVE for the read's loose scan of its queue's backlog (a plain WITH otherwise).
             f"WITH {'RECURSIVE ' if read else ''}old AS (SELECT {q('id')}, {q('status')}, %s::boolean AS failure "
-            f"FROM {RUN_TABLE} WHERE {q('id')} = %s FOR UPDATE), "
+            f"FROM {RUN_TABLE} WHERE {q('id')} = %s {gate}FOR UPDATE), "
             f"cp AS (UPDATE {CP_TABLE} SET {q('status')} = %s, {q('output')} = {self.param(CP_FIELD['output'])}, "
             f"{q('error')} = {self.param(CP_FIELD['error'])}, {q('wake_at')} = NULL, {q('finished_at')} = %s, "
             f"{q('locked_by')} = NULL WHERE {q('run_id')} = %s AND {q('seq')} = %s "

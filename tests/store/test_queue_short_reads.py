@@ -14,6 +14,8 @@ reads nothing else.
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 import pytest
@@ -176,3 +178,50 @@ def test_an_admission_that_lost_its_race_reads_under_the_lock_when_the_workers_k
     plan = plan_queue_admission("q", at(6), QueueLimits(concurrency=12), 60, 100)
     _racing_grant(store, monkeypatch)
     assert [g.seq for g in store.admit_steps(plan).grants] == [13]  # granted under the lock
+
+
+def _plan_nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    """``node`` and every node under it, depth first."""
+    return [node, *(n for child in node.get("Plans", []) for n in _plan_nodes(child))]
+
+
+def test_a_busy_queues_count_is_read_before_the_result_locks_its_run(store: Any) -> None:
+    """The count takes no lock: it is read before the run's row, which the run's other results queue for.
+
+    In the prepared statement's generic plan, the locking read of the run is
+    a one-time filter on the count's decision above the run's scan: the
+    filter is evaluated once, before the scan returns a row to lock.
+    """
+    _granted(store, concurrency=12, started=0)
+    sent: list[tuple[str, list[Any]]] = []
+
+    def capture(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if " short AS " in sql:
+            sent.append((sql, list(params)))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(capture):
+        read = _finish_reading(store, 1, 6, count_only=True, concurrency=12)
+    assert read.seen is not None and read.seen.leaves_slot(read.plan)  # it read the count, and left
+    [(sql, params)] = sent
+    numbered = iter(range(1, len(params) + 1))
+    text = re.sub("%s", lambda _: f"${next(numbered)}", sql)
+    with connection.cursor() as cursor:
+        cursor.execute(f"PREPARE counted AS {text}")
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        try:
+            cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE counted({', '.join(['%s'] * len(params))})", params)
+            found = cursor.fetchone()[0]
+        finally:
+            cursor.execute("RESET plan_cache_mode")
+            cursor.execute("DEALLOCATE counted")
+    plan = (found if isinstance(found, list) else json.loads(found))[0]["Plan"]
+    [old] = [n for n in _plan_nodes(plan) if n.get("Subplan Name") == "CTE old"]
+    assert old["Node Type"] == "LockRows", json.dumps(old)
+    first = [n for n in old["Plans"] if n.get("Parent Relationship") == "InitPlan"]
+    assert [n.get("CTE Name") for n in first] == ["short"], json.dumps(old)
+    [gate] = [n for n in old["Plans"] if n.get("Parent Relationship") == "Outer"]
+    param = re.search(r"returns (\$\d+)", first[0]["Subplan Name"])
+    assert param is not None and gate["Node Type"] == "Result", json.dumps(old)
+    assert gate.get("One-Time Filter") == param.group(1), json.dumps(old)  # the count's decision, first
+    assert [n.get("Relation Name") for n in gate["Plans"]] == ["durable_run"], json.dumps(old)

@@ -17,6 +17,7 @@ from durable.store.postgres.queue_rows import counted, read_params, to_seen
 from durable.store.postgres.rows import to_run
 from durable.store.queue_statements import (
     RESULT_COUNT_CTES,
+    RESULT_COUNT_FIRST,
     RESULT_COUNT_PARAMS,
     RESULT_COUNT_SELECT,
     RESULT_READ_CTES,
@@ -25,10 +26,12 @@ from durable.store.queue_statements import (
 )
 from durable.store.statements import CP_FIELD, PG_CLAIM_STEP, PG_SET_STEP_TIMEOUT, RUN_COLUMNS, RUN_FIELD
 
-# The read a step result carries: the full one, or a busy queue's count alone (AdmissionRead.count_only).
+# The read a step result carries: the full one, or a busy queue's count alone (AdmissionRead.count_only),
+# with the CTE read before the run row is locked: the count, which locks nothing; the full read
+# takes the queue row FOR SHARE, which must come after the run row (the order every commit takes).
 _READS = {
-    False: (RESULT_READ_CTES, RESULT_READ_SELECT, RESULT_READ_PARAMS),
-    True: (RESULT_COUNT_CTES, RESULT_COUNT_SELECT, RESULT_COUNT_PARAMS),
+    False: (RESULT_READ_CTES, RESULT_READ_SELECT, RESULT_READ_PARAMS, None),
+    True: (RESULT_COUNT_CTES, RESULT_COUNT_SELECT, RESULT_COUNT_PARAMS, RESULT_COUNT_FIRST),
 }
 
 
@@ -63,14 +66,14 @@ class PostgresSteps(PostgresBase, StepRows):
         """
         take = plan.take is not None
         params = self._statements.finish_step_params(plan)
-        ride = None
+        ride, first = None, None
         if read is not None:
-            ctes, select, names = _READS[read.count_only]
+            ctes, select, names, first = _READS[read.count_only]
             ride = (ctes, select)
             params += read_params(read.plan, names, run_id=plan.run_id, seq=plan.seq)
         # A woken run (not one this process takes) is announced to the listening workers.
         notify = not take and self._notifying()
-        rows = self._execute(self._statements.finish_step(take, plan.claim is not None, notify, ride), params)
+        rows = self._execute(self._statements.finish_step(take, plan.claim is not None, notify, ride, first), params)
         if not rows:
             return False, None
         _, woken, *run = rows[0]
