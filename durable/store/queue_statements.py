@@ -126,7 +126,11 @@ def _leaving(mine: str) -> list[str]:
     whatever else the read would find, so the read stops at that many such
     steps instead of counting every holder and reading the backlog. The steps
     counted are those the full read counts as unstarted (admitted, pending, in
-    their admission lease, of an active run, not the result's own: ``mine``).
+    their admission lease, of an active run, not the result's own: ``mine``),
+    among the first threshold's worth of admitted, pending steps in their
+    lease: so the count reaches the threshold only when that many are
+    unstarted, and may fall short of it (the result then reads in full) while
+    steps of a run that ended hold places among them.
     A queue without a concurrency limit, or a paused one, never reads short.
     """
     return [
@@ -134,10 +138,17 @@ def _leaving(mine: str) -> list[str]:
         f"leave AS (SELECT GREATEST(%(leave_min)s::integer, (({_CONCURRENCY}) + %(leave_share)s::integer - 1) "
         f"/ %(leave_share)s::integer) AS n FROM lk "
         f"WHERE NOT lk.{q('paused')} AND ({_CONCURRENCY}) IS NOT NULL)",
-        f"ahead AS (SELECT count(*) AS u FROM (SELECT 1 FROM {CP_TABLE} c, {RUN_TABLE} r "
+        # The first threshold's worth of such steps, then each of their runs looked up once: the
+        # steps granted together are mostly one run's, and a lookup per step was most of the
+        # statement's work. A step of a run that is over still takes a place among the first
+        # (the count then falls short, and the result reads in full: never a slot left wrongly).
+        f"ahead AS (SELECT COALESCE(sum(x.k), 0)::bigint AS u FROM (SELECT g.run_id, count(*) AS k FROM "
+        f"(SELECT c.{q('run_id')} AS run_id FROM {CP_TABLE} c "
         f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' "
         f"AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND c.{q('wake_at')} > %(now)s {mine}"
-        f"AND {_ACTIVE_RUN} AND EXISTS (SELECT 1 FROM leave) LIMIT (SELECT n FROM leave)) x)",
+        f"AND EXISTS (SELECT 1 FROM leave) LIMIT (SELECT n FROM leave)) g GROUP BY g.run_id) x "
+        f"WHERE EXISTS (SELECT 1 FROM {RUN_TABLE} r WHERE r.{q('id')} = x.run_id "
+        f"AND r.{q('status')} IN ({_in(ACTIVE)})))",
         "short AS (SELECT COALESCE((SELECT u FROM ahead) >= (SELECT n FROM leave), false) AS s)",
     ]
 
@@ -217,11 +228,15 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
     if mine:
         ctes += _leaving(mine)
     ctes += [
-        f"holders AS (SELECT c.{q('queue_key')} AS k, count(*) AS n, "
-        f"count(*) FILTER (WHERE c.{q('status')} = '{CheckpointStatus.PENDING}') AS u "
-        f"FROM {CP_TABLE} c, {RUN_TABLE} r "
+        # Counted per (key, run), then each run looked up once: a queue's holders are mostly the
+        # steps of a few runs, and a lookup per holder was most of the read's work.
+        f"holders AS (SELECT h.k, sum(h.n)::bigint AS n, sum(h.u)::bigint AS u FROM "
+        f"(SELECT c.{q('queue_key')} AS k, c.{q('run_id')} AS run_id, count(*) AS n, "
+        f"count(*) FILTER (WHERE c.{q('status')} = '{CheckpointStatus.PENDING}') AS u FROM {CP_TABLE} c "
         f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' AND c.{q('status')} IN {_OPEN} "
-        f"AND c.{q('wake_at')} > %(now)s {mine}AND {_ACTIVE_RUN} {full}GROUP BY c.{q('queue_key')})",
+        f"AND c.{q('wake_at')} > %(now)s {mine}{full}GROUP BY c.{q('queue_key')}, c.{q('run_id')}) h "
+        f"WHERE EXISTS (SELECT 1 FROM {RUN_TABLE} r WHERE r.{q('id')} = h.run_id "
+        f"AND r.{q('status')} IN ({_in(ACTIVE)})) GROUP BY h.k)",
         f"room AS (SELECT GREATEST(LEAST(%(batch)s::integer, COALESCE(({_CONCURRENCY}) "
         f"- (SELECT COALESCE(sum(n), 0) FROM holders), %(batch)s::integer)), 0){none} AS wanted FROM lk)",
         *_CANDIDATES,

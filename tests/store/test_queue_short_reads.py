@@ -23,6 +23,8 @@ from django.db import connection
 
 from durable.engine.plan_queues import AdmissionRead, QueueLimits, leave_threshold, plan_queue_admission
 from durable.store import factory
+from durable.store.postgres.queue_rows import read_params
+from durable.store.queue_statements import PG_ADMIT_READ, PG_ADMIT_READ_PARAMS, PG_COUNT_READ, PG_COUNT_READ_PARAMS
 from tests.store.conftest import OWNER, at
 from tests.store.test_queues import _finish_reading, admit, enqueue, waiting
 
@@ -107,6 +109,82 @@ def test_a_count_read_leaves_the_slot_exactly_when_the_full_read_would(store: An
     assert (read.seen.candidates, read.seen.wanted, read.seen.fresh) == ((), 0, False)
     assert read.seen.leaves_slot(read.plan)
     assert not read.seen.nothing_waits(read.plan)
+
+
+def test_a_count_read_counts_the_granted_steps_of_every_active_run(store: Any) -> None:
+    enqueue(store, "r2", *(waiting(seq, arrived=seq / 10) for seq in range(1, 3)))  # first in line
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 6)))
+    assert len(admit(store, 5, concurrency=8)) == 7  # r2's 2 and r1's 5; threshold 2
+    read = _finish_reading(store, 1, 6, count_only=True, concurrency=8)
+    assert read.seen is not None and read.seen.unstarted == leave_threshold(8) == 2
+    assert read.seen.leaves_slot(read.plan)
+
+
+def test_a_count_read_falls_short_while_a_run_that_is_over_holds_the_first_granted_steps(store: Any) -> None:
+    """Only the first threshold's worth of granted steps are looked at: the result then reads in full.
+
+    Never the other way: a slot is left only when that many granted steps of
+    active runs wait to start.
+    """
+    enqueue(store, "r2", *(waiting(seq, arrived=seq / 10) for seq in range(1, 3)))  # first in line
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 8)))
+    assert len(admit(store, 5, concurrency=8)) == 8  # r2's 2, r1's 1 to 6; threshold 2
+    store.cancel("r2", at(5))
+    read = _finish_reading(store, 1, 6, count_only=True, concurrency=8)
+    assert read.seen is not None and read.seen.unstarted == 0  # r2's two took the places counted
+    assert not read.seen.leaves_slot(read.plan)
+    read = _finish_reading(store, 2, 7, concurrency=8)  # the full read it leads to counts every holder
+    assert read.seen is not None and read.seen.unstarted == 4 and dict(read.seen.held_by_key) == {None: 4}
+
+
+def _explained(sql: str, params: list[Any], analyze: bool = True) -> tuple[dict[str, Any], tuple[Any, ...] | None]:
+    """The generic plan of ``sql`` as prepared; ``analyze``: run with EXPLAIN ANALYZE, and its first row, run again.
+
+    Without ``analyze`` nothing is executed (for a statement that writes).
+    """
+    numbered = iter(range(1, len(params) + 1))
+    placeholders = ", ".join(["%s"] * len(params))
+    row = None
+    with connection.cursor() as cursor:
+        cursor.execute(f"PREPARE explained AS {re.sub('%s', lambda _: f'${next(numbered)}', sql)}")
+        cursor.execute("SET plan_cache_mode = force_generic_plan")
+        try:
+            options = "ANALYZE, FORMAT JSON" if analyze else "FORMAT JSON"
+            cursor.execute(f"EXPLAIN ({options}) EXECUTE explained({placeholders})", params)
+            found = cursor.fetchone()[0]
+            if analyze:
+                cursor.execute(f"EXECUTE explained({placeholders})", params)
+                row = cursor.fetchone()
+        finally:
+            cursor.execute("RESET plan_cache_mode")
+            cursor.execute("DEALLOCATE explained")
+    return (found if isinstance(found, list) else json.loads(found))[0]["Plan"], row
+
+
+def _run_lookups(node: dict[str, Any]) -> int:
+    """How many times the plan under ``node`` read durable_run (a scan's loops)."""
+    return sum(n["Actual Loops"] for n in _plan_nodes(node) if n.get("Relation Name") == "durable_run")
+
+
+def test_a_count_read_looks_each_run_up_once(store: Any) -> None:
+    _granted(store, concurrency=20, started=0)  # 20 granted to r1, not started; the threshold is 5
+    plan = plan_queue_admission("q", at(6), QueueLimits(concurrency=20), 60.0, 100)
+    explained, row = _explained(PG_COUNT_READ, read_params(plan, PG_COUNT_READ_PARAMS, run_id="", seq=-1))
+    assert row is not None and row[2] == leave_threshold(20) == 5  # the steps counted
+    assert _run_lookups(explained) == 1, json.dumps(explained)
+
+
+def test_a_full_read_looks_each_holders_run_up_once(store: Any) -> None:
+    _granted(store, concurrency=20, started=4)  # 20 of r1's steps hold slots, 4 of them started
+    plan = plan_queue_admission("q", at(6), QueueLimits(concurrency=20), 60.0, 100)
+    explained, row = _explained(PG_ADMIT_READ, read_params(plan, PG_ADMIT_READ_PARAMS))
+    assert row is not None and (json.loads(row[5]), row[6], row[7]) == (
+        [[None, 20]],
+        0,
+        16,
+    )  # held by key, wanted, unstarted
+    [holders] = [n for n in _plan_nodes(explained) if n.get("Subplan Name") == "CTE holders"]
+    assert _run_lookups(holders) == 1, json.dumps(holders)
 
 
 def test_a_count_read_below_the_threshold_says_only_that_the_result_must_admit(store: Any) -> None:
@@ -204,18 +282,7 @@ def test_a_busy_queues_count_is_read_before_the_result_locks_its_run(store: Any)
         read = _finish_reading(store, 1, 6, count_only=True, concurrency=12)
     assert read.seen is not None and read.seen.leaves_slot(read.plan)  # it read the count, and left
     [(sql, params)] = sent
-    numbered = iter(range(1, len(params) + 1))
-    text = re.sub("%s", lambda _: f"${next(numbered)}", sql)
-    with connection.cursor() as cursor:
-        cursor.execute(f"PREPARE counted AS {text}")
-        cursor.execute("SET plan_cache_mode = force_generic_plan")
-        try:
-            cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE counted({', '.join(['%s'] * len(params))})", params)
-            found = cursor.fetchone()[0]
-        finally:
-            cursor.execute("RESET plan_cache_mode")
-            cursor.execute("DEALLOCATE counted")
-    plan = (found if isinstance(found, list) else json.loads(found))[0]["Plan"]
+    plan, _ = _explained(sql, params, analyze=False)
     [old] = [n for n in _plan_nodes(plan) if n.get("Subplan Name") == "CTE old"]
     assert old["Node Type"] == "LockRows", json.dumps(old)
     first = [n for n in old["Plans"] if n.get("Parent Relationship") == "InitPlan"]
