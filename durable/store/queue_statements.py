@@ -54,10 +54,17 @@ _OPEN = f"('{CheckpointStatus.PENDING}', '{CheckpointStatus.RUNNING}')"
 # satisfies the due-steps index's condition, and on statistics taken before a burst of waiting
 # steps a generic plan took that index (leading with the status) and walked every open step.
 _IN_QUEUE = f"c.{q('queue')} = %(queue)s AND c.{q('admission')} IS NOT NULL"
-# The statuses are written out, not a parameter: an array parameter's length is unknown to a
-# generic plan, which then priced these reads so high that PostgreSQL planned them afresh at
-# every call (1-2 ms each, against 0.3 ms to run one).
-_ACTIVE_RUN = f"r.{q('id')} = c.{q('run_id')} AND r.{q('status')} IN ({_in(ACTIVE)})"
+
+
+def _active_run(run_id: str) -> str:
+    """``r`` is the run ``run_id`` names, and that run is active (its steps may hold or take a slot)."""
+    # The statuses are written out, not a parameter: an array parameter's length is unknown to a
+    # generic plan, which then priced these reads so high that PostgreSQL planned them afresh at
+    # every call (1-2 ms each, against 0.3 ms to run one).
+    return f"r.{q('id')} = {run_id} AND r.{q('status')} IN ({_in(ACTIVE)})"
+
+
+_ACTIVE_RUN = _active_run(f"c.{q('run_id')}")
 # A limited queue's backlog as its index (durable_cp_queue_backlog) holds it: steps not yet started.
 _BACKLOG = f"{_IN_QUEUE} AND c.{q('status')} = '{CheckpointStatus.PENDING}'"
 # The group after ``g`` in the index's order (priority, then key, a NULL key last): the next key
@@ -147,8 +154,7 @@ def _leaving(mine: str) -> list[str]:
         f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' "
         f"AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND c.{q('wake_at')} > %(now)s {mine}"
         f"AND EXISTS (SELECT 1 FROM leave) LIMIT (SELECT n FROM leave)) g GROUP BY g.run_id) x "
-        f"WHERE EXISTS (SELECT 1 FROM {RUN_TABLE} r WHERE r.{q('id')} = x.run_id "
-        f"AND r.{q('status')} IN ({_in(ACTIVE)})))",
+        f"WHERE EXISTS (SELECT 1 FROM {RUN_TABLE} r WHERE {_active_run('x.run_id')}))",
         "short AS (SELECT COALESCE((SELECT u FROM ahead) >= (SELECT n FROM leave), false) AS s)",
     ]
 
@@ -235,8 +241,7 @@ def admit_read(locked: bool, result: bool = True) -> tuple[str, str]:
         f"count(*) FILTER (WHERE c.{q('status')} = '{CheckpointStatus.PENDING}') AS u FROM {CP_TABLE} c "
         f"WHERE {_IN_QUEUE} AND c.{q('admission')} = '{Admission.ADMITTED}' AND c.{q('status')} IN {_OPEN} "
         f"AND c.{q('wake_at')} > %(now)s {mine}{full}GROUP BY c.{q('queue_key')}, c.{q('run_id')}) h "
-        f"WHERE EXISTS (SELECT 1 FROM {RUN_TABLE} r WHERE r.{q('id')} = h.run_id "
-        f"AND r.{q('status')} IN ({_in(ACTIVE)})) GROUP BY h.k)",
+        f"WHERE EXISTS (SELECT 1 FROM {RUN_TABLE} r WHERE {_active_run('h.run_id')}) GROUP BY h.k)",
         f"room AS (SELECT GREATEST(LEAST(%(batch)s::integer, COALESCE(({_CONCURRENCY}) "
         f"- (SELECT COALESCE(sum(n), 0) FROM holders), %(batch)s::integer)), 0){none} AS wanted FROM lk)",
         *_CANDIDATES,
@@ -272,8 +277,8 @@ def count_read() -> tuple[str, str]:
     where the full read (:func:`admit_read`) costs its whole plan on every
     result; locking nothing, it is read before the result locks its run's
     row (:data:`RESULT_COUNT_FIRST`), so that row, for which the run's other
-    results queue, is not held while it counts. Params: queue, leave_min, leave_share, concurrency, now, run_id,
-    seq. One row: paused, overrides, and the unstarted steps counted (0
+    results queue, is not held while it counts. Params: queue, leave_min,
+    leave_share, concurrency, now, run_id, seq. One row: paused, overrides, and the unstarted steps counted (0
     when too few to leave the slot: ``QueueSeen.leaves_slot`` then says no).
     """
     mine = f"AND (c.{q('run_id')}, c.{q('seq')}) <> (%(run_id)s::text, %(seq)s::integer) "
