@@ -110,6 +110,23 @@ class CommitStatements:
             return adapt(value, field.encoder)
         return value
 
+    def row(self, columns: list[Field[Any, Any]], values: dict[str, Any]) -> list[Any]:
+        """A new row's values for ``columns``, prepared: from ``values`` by attribute name, else the field's default.
+
+        Raises ``TypeError`` (as a model's constructor would) when ``values`` names a column not among ``columns``.
+        """
+        prep, row, found = self.prep, [], 0
+        for f in columns:
+            if f.attname in values:
+                found += 1
+                row.append(prep(f, values[f.attname]))
+            else:
+                row.append(prep(f, f.get_default()))
+        if found != len(values):
+            unknown = sorted(set(values) - {f.attname for f in columns})
+            raise TypeError(f"no such column: {', '.join(unknown)}")
+        return row
+
     # -- a commit plan of shape BATCH or STATEMENT, as one statement ----------------
     def commit(self, plan: CommitPlan) -> tuple[str, list[Any]]:
         """The lease compare-and-set first; every other part reads its output (a lost lease writes nothing).

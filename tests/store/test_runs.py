@@ -65,6 +65,14 @@ def test_create_leased_run_starts_running_under_the_lease(store: Any) -> None:
     assert store.lease_held("r1", OWNER) is True
 
 
+def test_a_leased_runs_record_is_the_run_as_stored(store: Any) -> None:
+    # The record is built from the inserted columns and the model's defaults, not read back.
+    run = store.create_leased_run(fields("r1", input={"a": 1}, tags=["t"], priority=3), OWNER, at(1), LEASE)
+    assert run == store.get_run("r1")
+    run.query_values["x"] = 1  # a default is the record's own, not shared with the next run
+    assert store.create_leased_run(fields("r2"), OWNER, at(1), LEASE).query_values == {}
+
+
 def test_acquire_takes_a_pending_run_once(store: Any) -> None:
     store.create_run(fields("r1"))
     run = store.acquire("r1", OWNER, at(1), LEASE)

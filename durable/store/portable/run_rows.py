@@ -13,7 +13,7 @@ from durable.engine.ports import CancelResult, RunRecord
 from durable.engine.vocab import ACTIVE, RESETTABLE, RUN_TOKEN, TERMINAL, CheckpointKind, CheckpointStatus, RunStatus
 from durable.exceptions import InvalidRunState, RunNotFound
 from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
-from durable.store.portable.shared import StoreBase, run_record, ts
+from durable.store.portable.shared import StoreBase, new_run_record, run_record, ts
 from durable.store.statements import ACQUIRE, RUN_COLUMNS
 
 # Runs that cannot execute an undo (blocked, or queued and never started): a cancel ends them outright.
@@ -58,7 +58,7 @@ class RunRows(StoreBase):
         }
         if not self.create_run(leased):
             return None
-        return run_record(Run(**leased))
+        return new_run_record(leased)
 
     def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None:
         """Take the lease of a pending run, or of a suspended run whose wake is due.

@@ -17,7 +17,7 @@ from django.db.models import Q
 from durable.engine.ports import Admitted, CheckpointRecord, ClaimCheck, RunRecord
 from durable.engine.vocab import ACTIVE, CheckpointStatus, RunStatus
 from durable.models import Run, SignalWaiter
-from durable.store.statements import INSERT_RUN
+from durable.store.statements import INSERT_RUN, RUN_FIELD
 
 
 class LeaseGone(Exception):
@@ -37,6 +37,7 @@ def matches(match: dict[str, Any] | None, payload: Any) -> bool:
 
 
 CP_FIELDS = list(CheckpointRecord.__dataclass_fields__)
+_RUN_RECORD_FIELDS = list(RunRecord.__dataclass_fields__)
 
 
 def claimed(claim: ClaimCheck) -> Q:
@@ -49,6 +50,13 @@ def claimed(claim: ClaimCheck) -> Q:
 
 def run_record(row: Run) -> RunRecord:
     return RunRecord(**{name: getattr(row, name) for name in RunRecord.__dataclass_fields__})
+
+
+def new_run_record(fields: dict[str, Any]) -> RunRecord:
+    """The record of a run about to be inserted with ``fields``: the rest as the model's defaults give them."""
+    return RunRecord(
+        **{name: fields[name] if name in fields else RUN_FIELD[name].get_default() for name in _RUN_RECORD_FIELDS}
+    )
 
 
 def cp_record(row: dict[str, Any]) -> CheckpointRecord:

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from durable import conf
 
@@ -63,12 +63,15 @@ class Cursors:
 
     def cursor(self, *, prepare: bool = True) -> Any:
         """A cursor that prepares what it runs, or with ``prepare=False`` one that binds on the server only."""
+        # The connection of this thread, looked up once: every attribute of ``django.db.connection``
+        # is a lookup of its own in the thread's connections.
+        db = connections[DEFAULT_DB_ALIAS]
         if not conf.get().prepared_statements:
-            return connection.cursor()
-        connection.close_if_health_check_failed()
-        connection.ensure_connection()
-        connection.validate_thread_sharing()
-        raw: Any = connection.connection
+            return db.cursor()
+        db.close_if_health_check_failed()
+        db.ensure_connection()
+        db.validate_thread_sharing()
+        raw: Any = db.connection
         if raw.prepare_threshold is None:
             raw.prepare_threshold = _EXPLICIT_ONLY
         if prepare:
@@ -78,13 +81,13 @@ class Cursors:
 
             binding: Any = base.ServerBindingCursor
             cursor = binding(raw)
-        return connection.make_debug_cursor(cursor) if connection.queries_logged else connection.make_cursor(cursor)
+        return db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
 
     def execute(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         """Run one statement; its rows (none for a statement that returns nothing)."""
         with self.cursor() as cursor:
             cursor.execute(sql, params)
-            return cursor.fetchall() if cursor.description else []
+            return _rows(cursor)
 
     @contextmanager
     def by_index(self) -> Iterator[None]:
@@ -113,7 +116,7 @@ class Cursors:
         """Run one statement planned for this call's parameters and the tables as they are now."""
         with self.cursor(prepare=False) as cursor:
             cursor.execute(sql, params)
-            return cursor.fetchall() if cursor.description else []
+            return _rows(cursor)
 
     def history(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         """Run a history read; its rows, timestamps parsed by psycopg's own loader.
@@ -131,6 +134,22 @@ class Cursors:
             cursor.execute(sql, params)
             rows: list[tuple[Any, ...]] = cursor.fetchall()
             return rows
+
+
+def _rows(cursor: Any) -> list[tuple[Any, ...]]:
+    """The rows of the statement ``cursor`` (Django's wrapper) ran; none if it returns no columns.
+
+    Read from the driver's cursor: the statement's result is already in the
+    client, so nothing here can raise a database error for Django's wrapper
+    to translate, and the result's column count costs nothing where the
+    wrapper's ``description`` builds a column object per column.
+    """
+    raw = cursor.cursor
+    result = raw.pgresult
+    if result is None or not result.nfields:
+        return []
+    rows: list[tuple[Any, ...]] = raw.fetchall()
+    return rows
 
 
 def _driver_timestamptz(raw: Any) -> Any:

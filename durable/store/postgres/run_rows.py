@@ -21,10 +21,29 @@ from durable.store.portable.run_reads import RunReads
 from durable.store.portable.run_rows import RunRows
 from durable.store.postgres.base import PostgresBase
 from durable.store.postgres.rows import to_checkpoint, to_run
-from durable.store.statements import PG_ACQUIRE, PG_LEASE_HELD, PG_LOAD_CHECKPOINTS, PG_LOAD_DELTA, PG_LOAD_HISTORIES
+from durable.store.statements import (
+    PG_ACQUIRE,
+    PG_LEASE_HELD,
+    PG_LOAD_CHECKPOINTS,
+    PG_LOAD_DELTA,
+    PG_LOAD_HISTORIES,
+    RUN_COLUMNS,
+)
 
 
 class PostgresRuns(PostgresBase, RunRows, RunReads, HistoryRows, DueWork):
+    def create_run(self, fields: dict[str, Any]) -> bool:
+        """As :meth:`RunRows.create_run`, its parameters prepared as the commit statements prepare theirs.
+
+        The portable store builds a model instance and runs every field's
+        ``get_db_prep_save``; for these column types on PostgreSQL that is
+        the value itself, JSON adapted with its field's encoder (sealed first
+        for payload columns), which is what :meth:`PostgresStatements.row` does.
+        """
+        if fields.get("singleton_key") is not None:
+            return self._admit_new_run(fields)
+        return bool(self._execute(self._start_statement(), self._statements.row(RUN_COLUMNS, fields)))
+
     def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None:
         rows = self._execute(PG_ACQUIRE, [owner, lease_until, now, now, run_id, now])
         return to_run(rows[0]) if rows else None
