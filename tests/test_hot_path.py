@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from django.db import connection
 from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
 
 import durable
 from durable.models import Run
@@ -94,6 +95,18 @@ def test_prepared_statements_can_be_turned_off():
     connection.close()
     _run(3)
     assert _prepared() == []
+
+
+@override_settings(DURABLE={"TRANSPORT": "manual"})
+def test_the_kept_cursor_follows_its_connection_and_query_logging():
+    _run(1)  # this thread's store cursor is kept on this connection
+    connection.close()
+    _run(1)  # on the closed connection's cursor this would fail: a new cursor on the new connection
+    with CaptureQueriesContext(connection) as logged, _statements() as seen:
+        _run(2)
+    # While queries are logged the store's statements go through Django's logging cursor too.
+    assert len(seen) >= 4  # the start, the acquire, two steps, the ORM's read
+    assert len(logged.captured_queries) == len(seen)
 
 
 @durable.workflow(name="hp_singleton", singleton=durable.Singleton(key="k"))

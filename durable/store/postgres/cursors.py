@@ -10,6 +10,7 @@ error translation see these statements as any other.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -36,10 +37,17 @@ _RESTORE = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in _
 
 
 class Cursors:
-    """Runs the store's statements; owns the preparing cursor class (built on first use)."""
+    """Runs the store's statements; owns the preparing cursor class (built on first use).
+
+    Thread-safety: one instance serves every thread. Each thread keeps its own
+    preparing cursor on its own connection (:meth:`execute`); a statement's
+    rows are fetched before it returns, so the greenlets of resident workflows,
+    which share their thread's connection, never interleave on it.
+    """
 
     def __init__(self) -> None:
         self._preparing: Any = None
+        self._kept = threading.local()
 
     def _preparing_class(self) -> Any:
         """A server-side binding cursor class that prepares every statement it runs.
@@ -84,10 +92,31 @@ class Cursors:
         return db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
 
     def execute(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        """Run one statement; its rows (none for a statement that returns nothing)."""
-        with self.cursor() as cursor:
-            cursor.execute(sql, params)
-            return _rows(cursor)
+        """Run one statement, prepared; its rows (none for a statement that returns nothing).
+
+        On this thread's kept cursor while its connection is the one it was
+        opened on (a cursor per statement costs a driver cursor and its
+        adapters map every time); a closed or replaced connection, or query
+        logging turned on, gets a new one.
+        """
+        db = connections[DEFAULT_DB_ALIAS]
+        db.close_if_health_check_failed()
+        db.ensure_connection()  # also refuses to run in an event loop's thread, as Django's cursors do
+        kept = getattr(self._kept, "cursor", None)
+        if kept is None or kept.cursor.connection is not db.connection or db.queries_logged:
+            if kept is not None:
+                self._kept.cursor = None
+                kept.close()
+            kept = self.cursor()
+            if not conf.get().prepared_statements or db.queries_logged:
+                with kept:
+                    kept.execute(sql, params)
+                    return _rows(kept)
+            self._kept.cursor = kept
+        else:
+            db.validate_thread_sharing()
+        kept.execute(sql, params)
+        return _rows(kept)
 
     @contextmanager
     def by_index(self) -> Iterator[None]:
