@@ -50,6 +50,8 @@ class Backoff:
 
 
 BackoffSpec = Backoff | str | Duration | None
+# The policy of every step that names none (frozen, so one instance serves them all).
+_DEFAULT_BACKOFF = Backoff()
 
 
 def make_backoff(spec: BackoffSpec) -> Backoff:
@@ -60,7 +62,7 @@ def make_backoff(spec: BackoffSpec) -> Backoff:
     that delay. A :class:`Backoff`: as given.
     """
     if spec is None:
-        return Backoff()
+        return _DEFAULT_BACKOFF
     if isinstance(spec, Backoff):
         return spec
     if spec in _KINDS:

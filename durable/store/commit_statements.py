@@ -32,6 +32,7 @@ from durable.store.statements import (
     CP_INSERT,
     CP_TABLE,
     QUEUE_TABLE,
+    RUN_COLUMNS,
     RUN_FIELD,
     RUN_TABLE,
     SIGNAL_ID,
@@ -51,6 +52,8 @@ _CP_SOURCES: list[tuple[Field[Any, Any], str | None, bool]] = [
     (f, _RUN_ID if f.name == "run" else f.name if f.name in _CP_RECORD else None, isinstance(f, JSONField))
     for f in CP_INSERT
 ]
+# A new run's columns in insert order: attribute name, field, and whether it is JSON (adapted).
+_RUN_ROW: list[tuple[str, Field[Any, Any], bool]] = [(f.attname, f, isinstance(f, JSONField)) for f in RUN_COLUMNS]
 # Commit texts kept per statements object (one per shape; the shapes a project's workflows make are few).
 _TEXTS_KEPT = 256
 # Up to this many checkpoints inserted (or updated) by one commit are written row by row, each
@@ -110,21 +113,22 @@ class CommitStatements:
             return adapt(value, field.encoder)
         return value
 
-    def row(self, columns: list[Field[Any, Any]], values: dict[str, Any]) -> list[Any]:
-        """A new row's values for ``columns``, prepared: from ``values`` by attribute name, else the field's default.
+    def run_row(self, values: dict[str, Any]) -> list[Any]:
+        """A new run's values in ``RUN_COLUMNS`` order, prepared: from ``values`` by attribute name, else the default.
 
-        Raises ``TypeError`` (as a model's constructor would) when ``values`` names a column not among ``columns``.
+        Raises ``TypeError`` (as a model's constructor would) when ``values`` names a column a run does not have.
         """
         prep, row, found = self.prep, [], 0
-        for f in columns:
-            if f.attname in values:
+        for name, field, json in _RUN_ROW:
+            if name in values:
                 found += 1
-                row.append(prep(f, values[f.attname]))
+                value = values[name]
             else:
-                row.append(prep(f, f.get_default()))
+                value = field.get_default()
+            row.append(prep(field, value) if json else value)
         if found != len(values):
-            unknown = sorted(set(values) - {f.attname for f in columns})
-            raise TypeError(f"no such column: {', '.join(unknown)}")
+            unknown = sorted(set(values) - {name for name, _, _ in _RUN_ROW})
+            raise TypeError(f"a run has no column {', '.join(unknown)}")
         return row
 
     # -- a commit plan of shape BATCH or STATEMENT, as one statement ----------------

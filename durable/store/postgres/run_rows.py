@@ -27,7 +27,6 @@ from durable.store.statements import (
     PG_LOAD_CHECKPOINTS,
     PG_LOAD_DELTA,
     PG_LOAD_HISTORIES,
-    RUN_COLUMNS,
 )
 
 
@@ -38,11 +37,11 @@ class PostgresRuns(PostgresBase, RunRows, RunReads, HistoryRows, DueWork):
         The portable store builds a model instance and runs every field's
         ``get_db_prep_save``; for these column types on PostgreSQL that is
         the value itself, JSON adapted with its field's encoder (sealed first
-        for payload columns), which is what :meth:`PostgresStatements.row` does.
+        for payload columns), which is what :meth:`PostgresStatements.run_row` does.
         """
         if fields.get("singleton_key") is not None:
             return self._admit_new_run(fields)
-        return bool(self._execute(self._start_statement(), self._statements.row(RUN_COLUMNS, fields)))
+        return bool(self._execute(self._start_statement(), self._statements.run_row(fields)))
 
     def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None:
         rows = self._execute(PG_ACQUIRE, [owner, lease_until, now, now, run_id, now])
