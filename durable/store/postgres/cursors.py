@@ -97,7 +97,9 @@ class Cursors:
         On this thread's kept cursor while its connection is the one it was
         opened on (a cursor per statement costs a driver cursor and its
         adapters map every time); a closed or replaced connection, or query
-        logging turned on, gets a new one.
+        logging turned on, gets a new one. The kept cursor holds its last
+        result until the thread's next statement (the rows are copied out
+        before this returns).
         """
         db = connections[DEFAULT_DB_ALIAS]
         db.close_if_health_check_failed()
