@@ -14,7 +14,7 @@ from durable.engine.vocab import ACTIVE, RESETTABLE, RUN_TOKEN, TERMINAL, Checkp
 from durable.exceptions import InvalidRunState, RunNotFound
 from durable.models import BufferedSignal, Checkpoint, Run, SignalWaiter
 from durable.store.portable.shared import StoreBase, new_run_record, run_record, ts
-from durable.store.statements import ACQUIRE, RUN_COLUMNS
+from durable.store.statements import ACQUIRE
 
 # Runs that cannot execute an undo (blocked, or queued and never started): a cancel ends them outright.
 _IDLE = (RunStatus.BLOCKED, RunStatus.QUEUED)
@@ -31,9 +31,7 @@ class RunRows(StoreBase):
         """
         if fields.get("singleton_key") is not None:
             return self._admit_new_run(fields)
-        row = Run(**fields)
-        params = [f.get_db_prep_save(getattr(row, f.attname), connection) for f in RUN_COLUMNS]
-        return bool(self._execute(self._start_statement(), params))
+        return bool(self._execute(self._start_statement(), self._start_params(fields)))
 
     def _admit_new_run(self, fields: dict[str, Any]) -> bool:
         with transaction.atomic():

@@ -17,7 +17,7 @@ from django.db.models import Q
 from durable.engine.ports import Admitted, CheckpointRecord, ClaimCheck, RunRecord
 from durable.engine.vocab import ACTIVE, CheckpointStatus, RunStatus
 from durable.models import Run, SignalWaiter
-from durable.store.statements import INSERT_RUN, RUN_FIELD
+from durable.store.statements import INSERT_RUN, RUN_COLUMNS, RUN_FIELD
 
 
 class LeaseGone(Exception):
@@ -86,8 +86,17 @@ class StoreBase:
             return cursor.fetchall() if cursor.description else []
 
     def _start_statement(self) -> str:
-        """A start's insert (:data:`~durable.store.statements.INSERT_RUN`); params: the run's columns."""
+        """A start's insert (:data:`~durable.store.statements.INSERT_RUN`); params: :meth:`_start_params`."""
         return INSERT_RUN
+
+    def _start_params(self, fields: dict[str, Any]) -> list[Any]:
+        """The start insert's parameters: the run's columns from ``fields``, the rest at their defaults.
+
+        Through a model instance and each field's ``get_db_prep_save``, so an
+        unknown column raises ``TypeError``.
+        """
+        row = Run(**fields)
+        return [f.get_db_prep_save(getattr(row, f.attname), connection) for f in RUN_COLUMNS]
 
     def _announce(self, run_ids: list[str]) -> None:
         """Announce runs made due in the current transaction to listening workers (on its commit).

@@ -45,6 +45,15 @@ class PostgresBase(StoreBase):
         """The start's insert; announcing the new run in the same statement when :meth:`_notifying`."""
         return PG_INSERT_RUN_NOTIFY if self._notifying() else INSERT_RUN
 
+    def _start_params(self, fields: dict[str, Any]) -> list[Any]:
+        """The start insert's parameters, prepared as the commit statements prepare theirs.
+
+        For these column types on PostgreSQL, what the portable store's model
+        instance and ``get_db_prep_save`` give is the value itself, JSON
+        adapted with its field's encoder (sealed first for payload columns).
+        """
+        return self._statements.run_row(fields)
+
     def _announce(self, run_ids: list[str]) -> None:
         """``pg_notify`` each run's namespace in the current transaction (delivered only if it commits)."""
         if run_ids and self._notifying():

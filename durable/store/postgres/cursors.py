@@ -96,25 +96,22 @@ class Cursors:
 
         On this thread's kept cursor while its connection is the one it was
         opened on (a cursor per statement costs a driver cursor and its
-        adapters map every time); a closed or replaced connection, or query
-        logging turned on, gets a new one. The kept cursor holds its last
-        result until the thread's next statement (the rows are copied out
-        before this returns).
+        adapters map every time); a closed or replaced connection gets a new
+        one. The kept cursor holds its last result until the thread's next
+        statement (the rows are copied out before this returns). While
+        queries are logged, or with ``PREPARED_STATEMENTS`` off, each
+        statement gets a cursor of its own (Django's logging one when logged).
         """
         db = connections[DEFAULT_DB_ALIAS]
+        if db.queries_logged or not conf.get().prepared_statements:
+            with self.cursor() as cursor:
+                cursor.execute(sql, params)
+                return _rows(cursor)
         db.close_if_health_check_failed()
         db.ensure_connection()  # also refuses to run in an event loop's thread, as Django's cursors do
         kept = getattr(self._kept, "cursor", None)
-        if kept is None or kept.cursor.connection is not db.connection or db.queries_logged:
-            if kept is not None:
-                self._kept.cursor = None
-                kept.close()
-            kept = self.cursor()
-            if not conf.get().prepared_statements or db.queries_logged:
-                with kept:
-                    kept.execute(sql, params)
-                    return _rows(kept)
-            self._kept.cursor = kept
+        if kept is None or kept.cursor.connection is not db.connection:
+            kept = self._kept.cursor = self.cursor()
         else:
             db.validate_thread_sharing()
         kept.execute(sql, params)

@@ -31,18 +31,6 @@ from durable.store.statements import (
 
 
 class PostgresRuns(PostgresBase, RunRows, RunReads, HistoryRows, DueWork):
-    def create_run(self, fields: dict[str, Any]) -> bool:
-        """As :meth:`RunRows.create_run`, its parameters prepared as the commit statements prepare theirs.
-
-        The portable store builds a model instance and runs every field's
-        ``get_db_prep_save``; for these column types on PostgreSQL that is
-        the value itself, JSON adapted with its field's encoder (sealed first
-        for payload columns), which is what :meth:`PostgresStatements.run_row` does.
-        """
-        if fields.get("singleton_key") is not None:
-            return self._admit_new_run(fields)
-        return bool(self._execute(self._start_statement(), self._statements.run_row(fields)))
-
     def acquire(self, run_id: str, owner: str, now: datetime, lease_until: datetime) -> RunRecord | None:
         rows = self._execute(PG_ACQUIRE, [owner, lease_until, now, now, run_id, now])
         return to_run(rows[0]) if rows else None
