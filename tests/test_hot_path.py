@@ -109,6 +109,20 @@ def test_the_kept_cursor_follows_its_connection_and_query_logging():
     assert len(logged.captured_queries) == len(seen)
 
 
+@override_settings(DURABLE={"TRANSPORT": "manual"})
+def test_a_logged_statement_is_logged_with_its_parameters_bound():
+    """Query logging (DEBUG, debug toolbars, CaptureQueriesContext) sees the prepared statements' text."""
+    durable.start("hp_local_chain", 1)  # warm: each statement is prepared on this connection already
+    with CaptureQueriesContext(connection) as logged:
+        run_id = durable.start("hp_local_chain", 2)
+        get_engine().run_turn(run_id)
+    logged_sql = [query["sql"] for query in logged.captured_queries]
+    assert all(isinstance(sql, str) for sql in logged_sql)
+    start = next(sql for sql in logged_sql if sql.startswith('INSERT INTO "durable_run"'))
+    assert f"'{run_id}'" in start  # bound, not a placeholder
+    assert "%s" not in start
+
+
 @durable.workflow(name="hp_singleton", singleton=durable.Singleton(key="k"))
 def hp_singleton(ctx: durable.WorkflowContext, data: dict[str, Any]) -> str:
     return str(data["k"])

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db.backends.utils import CursorDebugWrapper, CursorWrapper
 
 from durable import conf
 
@@ -89,7 +90,7 @@ class Cursors:
 
             binding: Any = base.ServerBindingCursor
             cursor = binding(raw)
-        return db.make_debug_cursor(cursor) if db.queries_logged else db.make_cursor(cursor)
+        return _LoggingCursor(cursor, db) if db.queries_logged else db.make_cursor(cursor)
 
     def execute(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
         """Run one statement, prepared; its rows (none for a statement that returns nothing).
@@ -162,6 +163,32 @@ class Cursors:
             cursor.execute(sql, params)
             rows: list[tuple[Any, ...]] = cursor.fetchall()
             return rows
+
+
+class _LoggingCursor(CursorDebugWrapper):
+    """Django's logging cursor, logging each statement with its parameters bound.
+
+    Django logs what the driver reports as the last query, and psycopg keeps
+    none for a prepared statement: ``connection.queries`` and the
+    ``django.db.backends`` log would show ``None``. The text logged here is
+    composed on the client, as Django composes its own queries; the statement
+    itself still runs prepared, through the same wrappers (``execute_wrapper``
+    hooks, error translation).
+    """
+
+    def execute(self, sql: Any, params: Any = None) -> Any:
+        with self.debug_sql(_bound(self.db, sql, params), params):
+            return CursorWrapper.execute(self, sql, params)
+
+
+def _bound(db: Any, sql: str, params: Any) -> str:
+    """``sql`` with ``params`` bound, for a log; ``sql`` itself when the driver cannot compose them."""
+    import psycopg
+
+    try:
+        return str(db.ops.compose_sql(sql, params))
+    except psycopg.Error:
+        return sql
 
 
 def _rows(cursor: Any) -> list[tuple[Any, ...]]:
