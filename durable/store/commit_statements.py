@@ -52,6 +52,9 @@ _CP_SOURCES: list[tuple[Field[Any, Any], str | None, bool]] = [
     (f, _RUN_ID if f.name == "run" else f.name if f.name in _CP_RECORD else None, isinstance(f, JSONField))
     for f in CP_INSERT
 ]
+# The JSON columns of a checkpoint and of a run by name: only they are adapted when a commit writes them.
+_CP_JSON = {name: field for name, field in CP_FIELD.items() if isinstance(field, JSONField)}
+_RUN_JSON = {name: field for name, field in RUN_FIELD.items() if isinstance(field, JSONField)}
 # A new run's columns in insert order: attribute name, field, and whether it is JSON (adapted).
 _RUN_ROW: list[tuple[str, Field[Any, Any], bool]] = [(f.attname, f, isinstance(f, JSONField)) for f in RUN_COLUMNS]
 # Commit texts kept per statements object (one per shape; the shapes a project's workflows make are few).
@@ -63,6 +66,9 @@ _TEXTS_KEPT = 256
 _INLINE_ROWS = 32
 # What the one-run commit's array writes are conditional on: its lease's write.
 _LEASE_WROTE = "EXISTS (SELECT 1 FROM lease)"
+# A checkpoint's expected statuses, one text parameter joined by commas (statuses hold none): the
+# driver dumps a list by inspecting its elements for their type at every call, a string at once.
+_STATUSES = "string_to_array(%s::text, ',')"
 
 
 def _commit_shape(plan: CommitPlan) -> tuple[Any, ...]:
@@ -165,7 +171,7 @@ class CommitStatements:
         # (latest version), as part of the lease condition, so a miss writes nothing at all.
         claims = "".join(
             f" AND EXISTS (SELECT 1 FROM {CP_TABLE} WHERE {q('run_id')} = %s AND {q('seq')} = %s "
-            f"AND {q('status')} = ANY(%s) AND {q('locked_by')} = %s FOR UPDATE)"
+            f"AND {q('status')} = ANY({_STATUSES}) AND {q('locked_by')} = %s FOR UPDATE)"
             for u in plan.updates
             if u.claimed_by is not None
         )
@@ -184,7 +190,7 @@ class CommitStatements:
                 cols = ", ".join(f"{col(CP_FIELD[name])} = {self.param(CP_FIELD[name])}" for name in u.written())
                 ctes.append(
                     f"u{i} AS (UPDATE {CP_TABLE} SET {cols} WHERE {q('run_id')} = %s AND {q('seq')} = %s "
-                    f"AND {q('status')} = ANY(%s) AND {_LEASE_WROTE})"
+                    f"AND {q('status')} = ANY({_STATUSES}) AND {_LEASE_WROTE})"
                 )
         if len(plan.inserts) > _INLINE_ROWS:
             ctes += self._inserts_text(_LEASE_WROTE)
@@ -205,19 +211,23 @@ class CommitStatements:
         """The parameters of :meth:`_commit_text`'s text for ``plan``, in the text's order."""
         run, lease = plan.run, plan.run.lease
         prep = self.prep
-        params: list[Any] = [prep(RUN_FIELD[name], value) for name, value in run.sets.items()]
+        params: list[Any] = [
+            prep(_RUN_JSON[name], value) if name in _RUN_JSON else value for name, value in run.sets.items()
+        ]
         if run.cancel_wake is not None:
             params += [run.cancel_wake.now, run.cancel_wake.wake_at]
         params += [lease.run_id, lease.status, lease.owner]
         for u in plan.updates:
             if u.claimed_by is not None:
-                params += [lease.run_id, u.seq, list(u.expect), u.claimed_by]
+                params += [lease.run_id, u.seq, ",".join(u.expect), u.claimed_by]
         if len(plan.updates) > _INLINE_ROWS:
             self._updates_params([(lease.run_id, u) for u in plan.updates], params)
         else:
             for u in plan.updates:
-                params += [prep(CP_FIELD[name], value) for name, value in u.written().items()]
-                params += [lease.run_id, u.seq, list(u.expect)]
+                params += [
+                    prep(_CP_JSON[name], value) if name in _CP_JSON else value for name, value in u.written().items()
+                ]
+                params += [lease.run_id, u.seq, ",".join(u.expect)]
         if len(plan.inserts) > _INLINE_ROWS:
             rows = [self._insert_values(lease.run_id, rec) for rec in plan.inserts]
             params += [list(column) for column in zip(*rows, strict=True)]  # one array per column

@@ -109,7 +109,7 @@ PG_POKE_IF_SETTLED = (
 )
 # Claim a pending, due step of an active run, locking the checkpoint row only. Found by its
 # (run_id, seq) alone: its status unindexed, for the partial indexes of open steps lead with it.
-# Params: owner, lease_until, now, run_id, seq, now, run statuses, now, now.
+# Params: owner, lease_until, now, run_id, seq, now, run statuses (joined by commas), now, now.
 PG_CLAIM_STEP = (
     f"UPDATE {CP_TABLE} c SET {q('status')} = '{CheckpointStatus.RUNNING}', "
     f"{q('attempts')} = c.{q('attempts')} + 1, {q('locked_by')} = %s, {q('wake_at')} = %s, "
@@ -117,7 +117,7 @@ PG_CLAIM_STEP = (
     f"WHERE c.{q('run_id')} = %s AND c.{q('seq')} = %s AND c.{q('kind')} = '{CheckpointKind.STEP}' "
     f"AND {_unindexed('status', 'c')} = '{CheckpointStatus.PENDING}' "
     f"AND (c.{q('retry_at')} IS NULL OR c.{q('retry_at')} <= %s) AND r.{q('id')} = c.{q('run_id')} "
-    f"AND r.{q('status')} = ANY(%s) "
+    f"AND r.{q('status')} = ANY(string_to_array(%s::text, ',')) "
     # A limited queue's step only while admitted, its start reached, its admission's lease running.
     f"AND (c.{q('admission')} IS NULL OR (c.{q('admission')} = '{Admission.ADMITTED}' "
     f"AND c.{q('admitted_at')} <= %s AND c.{q('wake_at')} > %s)) "

@@ -43,7 +43,8 @@ class PostgresSteps(PostgresBase, StepRows):
         claim is settled by the result write, which drops results for
         cancelled runs.) A step with a timeout takes a second statement.
         """
-        params = [plan.owner, plan.lease_until, plan.now, plan.run_id, plan.seq, plan.now, list(plan.run_statuses)]
+        statuses = ",".join(plan.run_statuses)  # one text parameter: see commit_statements._STATUSES
+        params = [plan.owner, plan.lease_until, plan.now, plan.run_id, plan.seq, plan.now, statuses]
         params += [plan.now, plan.now]
         rows = self._execute(PG_CLAIM_STEP, params)
         if not rows:
