@@ -8,7 +8,8 @@ On a shared or virtual machine the wall time of a step moves by tens of
 percent from one minute to the next, while the instructions its process
 executes do not. Each shape (``MODE:STEPS``: ``signal`` is workload 1's
 inline transport with a completion signal, ``caller`` workload 3's caller's
-thread) runs ``bench.ours inproc`` under valgrind's callgrind twice, with
+thread, ``eager`` dispatched steps run in the turn as a Celery worker runs them,
+workload 4's turn without the broker) runs ``bench.ours inproc`` under valgrind's callgrind twice, with
 ``--small`` and ``--large`` steps' worth of workflows; the difference divided
 by the difference in workflows is the cost of one workflow with the
 process's start, imports and first statements taken out. Counted: user-space instructions of the
@@ -117,7 +118,7 @@ def main() -> None:
     shapes = []
     for part in args.shapes.split(","):
         mode, _, steps = part.partition(":")
-        if mode not in ("signal", "caller") or not steps.isdigit() or int(steps) < 1:
+        if mode not in ("signal", "caller", "eager") or not steps.isdigit() or int(steps) < 1:
             raise SystemExit(f"a shape is MODE:STEPS with MODE signal or caller, got {part!r}")
         shapes.append((mode, int(steps)))
     result = measure(args.tree.resolve(), shapes, args.small, args.large)

@@ -10,7 +10,9 @@
 ``BENCH_TRANSPORT`` (set by the driver) chooses the transport: ``inline`` for
 in-process workloads started with ``durable.start`` and completed on the inline
 transport's threads, ``manual`` for the caller-thread mode and the timer
-workload's starter, ``celery`` for dispatched steps.
+workload's starter, ``celery`` for dispatched steps. ``--mode eager`` runs
+dispatched steps on the manual transport in a process that serves the default
+queue, so each is run in the turn as a Celery worker runs it, without the broker.
 """
 
 from __future__ import annotations
@@ -102,6 +104,9 @@ def one_workflow(mode: str, run_id: str, steps: int) -> None:
     elif mode == "caller":  # manual transport; the caller's thread runs the turn
         durable.start("bench_local", steps, run_id=run_id)
         status = get_engine().run_turn(run_id)
+    elif mode == "eager":  # manual transport, the default queue served here: a Celery worker's turn
+        durable.start("bench_eager", steps, run_id=run_id)
+        status = get_engine().run_turn(run_id)
     elif mode == "wait_for_run":  # inline transport; the public polling wait
         durable.start("bench_local", steps, run_id=run_id)
         status = durable.wait_for_run(run_id, timeout=60).status
@@ -147,6 +152,10 @@ def run_batch(mode: str, prefix: str, workflows: int, steps: int, threads: int) 
 
 def cmd_inproc(args: argparse.Namespace) -> dict[str, Any]:
     tag = uuid.uuid4().hex[:6]
+    if args.mode == "eager":  # this process consumes the default queue, as `celery worker -Q durable` does
+        from durable.runtime import serve_routes_eagerly
+
+        serve_routes_eagerly(frozenset([None, "durable"]))
     run_batch(args.mode, f"warm-{tag}", args.warmup, args.steps, args.threads)
     secs = []
     for rep in range(args.reps):
@@ -387,7 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("serve", help="read one JSON list of arguments per line; answer each with @@RESULT")
     p = sub.add_parser("inproc")
-    p.add_argument("--mode", choices=["signal", "caller", "wait_for_run"], default="signal")
+    p.add_argument("--mode", choices=["signal", "caller", "eager", "wait_for_run"], default="signal")
     p.add_argument("--workflows", type=int, default=200)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)

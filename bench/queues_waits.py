@@ -125,7 +125,7 @@ def _query_ids() -> None:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute(f"ALTER DATABASE \"{connection.settings_dict['NAME']}\" SET compute_query_id = on")
+        cursor.execute(f'ALTER DATABASE "{connection.settings_dict["NAME"]}" SET compute_query_id = on')
 
 
 def _measure_all(args: argparse.Namespace, threads: int) -> dict[str, Any]:

@@ -48,6 +48,15 @@ def dispatched(ctx: Any, data: dict[str, Any]) -> list[int]:
     return [ctx.step(first_step, notify), ctx.step(mid_step), ctx.step(last_step, notify)]
 
 
+@durable.workflow(name="bench_eager")
+def eager_steps(ctx: Any, n: int) -> int:
+    """``n`` dispatched steps (``ctx.step``) of the default queue, nothing else: a process that
+    consumes that queue runs them in the turn (``EAGER_STEPS``), as a Celery worker does."""
+    for _ in range(n):
+        ctx.step(mid_step)
+    return n
+
+
 @durable.workflow(name="bench_dispatched_n")
 def dispatched_n(ctx: Any, n: int) -> int:
     """``n`` dispatched steps; the last one tells the driver (Redis) that it ran."""
