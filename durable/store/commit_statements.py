@@ -7,7 +7,8 @@ commit plans (:mod:`durable.engine.plan`) of shape ``BATCH`` or
 batch key (:meth:`CommitStatements.commit_many`). It also owns the typed
 parameters every PostgreSQL statement uses: an explicit cast per column
 (a parameter in a SELECT list has no column to infer its type from) and JSON
-adapted with the field's encoder (sealed by the codec for payload columns).
+as its text, encoded with the field's encoder (sealed by the codec for payload
+columns): a string the server parses into the cast or column's ``jsonb``.
 
 The lease compare-and-set is always the first CTE and every other part reads
 its output, so a lost lease writes nothing. Texts are cached per shape in a
@@ -18,6 +19,7 @@ threads may build one twice but never read a wrong one.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from json import dumps as json_text
 from typing import Any
 
 from django.db.models import Field, JSONField
@@ -94,7 +96,6 @@ class CommitStatements:
         self._connection = connection
         self._casts: dict[Field[Any, Any], str] = {}
         self._commit_texts: dict[tuple[Any, ...], str] = {}
-        self._adapt_json: Any = None  # the backend's JSON adapter, looked up once (it keeps no state)
 
     def param(self, field: Field[Any, Any]) -> str:
         cast = self._casts.get(field)
@@ -107,16 +108,15 @@ class CommitStatements:
 
     def prep(self, field: Field[Any, Any], value: Any) -> Any:
         # What get_db_prep_save does for these column types on PostgreSQL, without its layers:
-        # JSON is adapted with the field's encoder; strings, numbers and aware datetimes pass as is.
+        # JSON is its text, encoded with the field's encoder (the statements cast it to jsonb, or
+        # insert it into a jsonb column, so the server parses it as it would the driver's JSON
+        # adapter's text); strings, numbers and aware datetimes pass as is.
         if isinstance(field, JSONField):
             if value is None:
                 return None
             if isinstance(field, PayloadField):
                 value = field.seal(value)
-            adapt = self._adapt_json
-            if adapt is None:
-                adapt = self._adapt_json = self._connection.ops.adapt_json_value
-            return adapt(value, field.encoder)
+            return json_text(value, cls=field.encoder)
         return value
 
     def run_row(self, values: dict[str, Any]) -> list[Any]:

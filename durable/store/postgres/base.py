@@ -49,8 +49,9 @@ class PostgresBase(StoreBase):
         """The start insert's parameters, prepared as the commit statements prepare theirs.
 
         For these column types on PostgreSQL, what the portable store's model
-        instance and ``get_db_prep_save`` give is the value itself, JSON
-        adapted with its field's encoder (sealed first for payload columns).
+        instance and ``get_db_prep_save`` give is the value itself; JSON goes
+        as its text, encoded with its field's encoder (sealed first for
+        payload columns), which the server parses as the jsonb column's value.
         """
         return self._statements.run_row(fields)
 
