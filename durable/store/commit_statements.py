@@ -39,9 +39,11 @@ from durable.store.statements import (
     RUN_TABLE,
     SIGNAL_ID,
     SIGNAL_TABLE,
+    STATUSES,
     WAITER_TABLE,
     col,
     q,
+    statuses,
 )
 
 # A checkpoint update in a shared commit writes every updatable column; those a single
@@ -68,9 +70,6 @@ _TEXTS_KEPT = 256
 _INLINE_ROWS = 32
 # What the one-run commit's array writes are conditional on: its lease's write.
 _LEASE_WROTE = "EXISTS (SELECT 1 FROM lease)"
-# A checkpoint's expected statuses, one text parameter joined by commas (statuses hold none): the
-# driver dumps a list by inspecting its elements for their type at every call, a string at once.
-_STATUSES = "string_to_array(%s::text, ',')"
 
 
 def _commit_shape(plan: CommitPlan) -> tuple[Any, ...]:
@@ -171,7 +170,7 @@ class CommitStatements:
         # (latest version), as part of the lease condition, so a miss writes nothing at all.
         claims = "".join(
             f" AND EXISTS (SELECT 1 FROM {CP_TABLE} WHERE {q('run_id')} = %s AND {q('seq')} = %s "
-            f"AND {q('status')} = ANY({_STATUSES}) AND {q('locked_by')} = %s FOR UPDATE)"
+            f"AND {q('status')} = ANY({STATUSES}) AND {q('locked_by')} = %s FOR UPDATE)"
             for u in plan.updates
             if u.claimed_by is not None
         )
@@ -190,7 +189,7 @@ class CommitStatements:
                 cols = ", ".join(f"{col(CP_FIELD[name])} = {self.param(CP_FIELD[name])}" for name in u.written())
                 ctes.append(
                     f"u{i} AS (UPDATE {CP_TABLE} SET {cols} WHERE {q('run_id')} = %s AND {q('seq')} = %s "
-                    f"AND {q('status')} = ANY({_STATUSES}) AND {_LEASE_WROTE})"
+                    f"AND {q('status')} = ANY({STATUSES}) AND {_LEASE_WROTE})"
                 )
         if len(plan.inserts) > _INLINE_ROWS:
             ctes += self._inserts_text(_LEASE_WROTE)
@@ -219,7 +218,7 @@ class CommitStatements:
         params += [lease.run_id, lease.status, lease.owner]
         for u in plan.updates:
             if u.claimed_by is not None:
-                params += [lease.run_id, u.seq, ",".join(u.expect), u.claimed_by]
+                params += [lease.run_id, u.seq, statuses(u.expect), u.claimed_by]
         if len(plan.updates) > _INLINE_ROWS:
             self._updates_params([(lease.run_id, u) for u in plan.updates], params)
         else:
@@ -227,7 +226,7 @@ class CommitStatements:
                 params += [
                     prep(_CP_JSON[name], value) if name in _CP_JSON else value for name, value in u.written().items()
                 ]
-                params += [lease.run_id, u.seq, ",".join(u.expect)]
+                params += [lease.run_id, u.seq, statuses(u.expect)]
         if len(plan.inserts) > _INLINE_ROWS:
             rows = [self._insert_values(lease.run_id, rec) for rec in plan.inserts]
             params += [list(column) for column in zip(*rows, strict=True)]  # one array per column
@@ -333,7 +332,7 @@ class CommitStatements:
     def _updates_params(self, updates: Sequence[tuple[str, CheckpointChange]], params: list[Any]) -> None:
         """The arrays of :meth:`_updates_text`: run ids, positions, expected statuses, then each column."""
         fields = [CP_FIELD[name] for name in CHECKPOINT_UPDATABLE]
-        params += [[u[0] for u in updates], [u[1].seq for u in updates], [",".join(u[1].expect) for u in updates]]
+        params += [[u[0] for u in updates], [u[1].seq for u in updates], [statuses(u[1].expect) for u in updates]]
         params += [[self.prep(f, u.values[f.name]) for _, u in updates] for f in fields]
 
     def _updates_text(self, written: str) -> list[str]:

@@ -19,7 +19,7 @@ snapshot (taken before the wait).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db.models import Field
@@ -107,9 +107,19 @@ PG_POKE_IF_SETTLED = (
     f"AND EXISTS (SELECT 1 FROM {CP_TABLE} WHERE {q('run_id')} = %s AND {q('seq')} = ANY(%s) "
     f"AND {q('status')} IN ({_in(SETTLED)})) RETURNING 1"
 )
+# Statuses a statement expects, as one text parameter joined by commas (statuses hold none): the
+# driver dumps a list by inspecting its elements for their type at every call, a string at once.
+STATUSES = "string_to_array(%s::text, ',')"
+
+
+def statuses(values: Iterable[str]) -> str:
+    """The parameter of :data:`STATUSES` for ``values``."""
+    return ",".join(values)
+
+
 # Claim a pending, due step of an active run, locking the checkpoint row only. Found by its
 # (run_id, seq) alone: its status unindexed, for the partial indexes of open steps lead with it.
-# Params: owner, lease_until, now, run_id, seq, now, run statuses (joined by commas), now, now.
+# Params: owner, lease_until, now, run_id, seq, now, run statuses (statuses()), now, now.
 PG_CLAIM_STEP = (
     f"UPDATE {CP_TABLE} c SET {q('status')} = '{CheckpointStatus.RUNNING}', "
     f"{q('attempts')} = c.{q('attempts')} + 1, {q('locked_by')} = %s, {q('wake_at')} = %s, "
@@ -117,7 +127,7 @@ PG_CLAIM_STEP = (
     f"WHERE c.{q('run_id')} = %s AND c.{q('seq')} = %s AND c.{q('kind')} = '{CheckpointKind.STEP}' "
     f"AND {_unindexed('status', 'c')} = '{CheckpointStatus.PENDING}' "
     f"AND (c.{q('retry_at')} IS NULL OR c.{q('retry_at')} <= %s) AND r.{q('id')} = c.{q('run_id')} "
-    f"AND r.{q('status')} = ANY(string_to_array(%s::text, ',')) "
+    f"AND r.{q('status')} = ANY({STATUSES}) "
     # A limited queue's step only while admitted, its start reached, its admission's lease running.
     f"AND (c.{q('admission')} IS NULL OR (c.{q('admission')} = '{Admission.ADMITTED}' "
     f"AND c.{q('admitted_at')} <= %s AND c.{q('wake_at')} > %s)) "

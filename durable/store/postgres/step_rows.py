@@ -24,7 +24,7 @@ from durable.store.queue_statements import (
     RESULT_READ_PARAMS,
     RESULT_READ_SELECT,
 )
-from durable.store.statements import CP_FIELD, PG_CLAIM_STEP, PG_SET_STEP_TIMEOUT, RUN_COLUMNS, RUN_FIELD
+from durable.store.statements import CP_FIELD, PG_CLAIM_STEP, PG_SET_STEP_TIMEOUT, RUN_COLUMNS, RUN_FIELD, statuses
 
 # The read a step result carries: the full one, or a busy queue's count alone (AdmissionRead.count_only),
 # with the CTE read before the run row is locked: the count, which locks nothing; the full read
@@ -43,8 +43,7 @@ class PostgresSteps(PostgresBase, StepRows):
         claim is settled by the result write, which drops results for
         cancelled runs.) A step with a timeout takes a second statement.
         """
-        statuses = ",".join(plan.run_statuses)  # one text parameter: see commit_statements._STATUSES
-        params = [plan.owner, plan.lease_until, plan.now, plan.run_id, plan.seq, plan.now, statuses]
+        params = [plan.owner, plan.lease_until, plan.now, plan.run_id, plan.seq, plan.now, statuses(plan.run_statuses)]
         params += [plan.now, plan.now]
         rows = self._execute(PG_CLAIM_STEP, params)
         if not rows:
