@@ -34,7 +34,7 @@ django.setup()
 from django.db import connections  # noqa: E402
 
 import durable  # noqa: E402
-from bench import common, probe, sqlcount  # noqa: E402
+from bench import common, cpu, probe, sqlcount  # noqa: E402
 from durable.models import Run  # noqa: E402
 from durable.runtime import get_engine  # noqa: E402
 
@@ -374,7 +374,11 @@ def cmd_timers(args: argparse.Namespace) -> dict[str, Any]:
         asleep_at = time.time() - t0
     except TimeoutError:
         pass
+    # The machine's CPU from the due moment until every run ended: what a wake costs, all told.
+    time.sleep(max(due - time.time(), 0.0))
+    before = cpu.snapshot()
     _wait_all(prefix, args.runs, args.timeout + args.lead)
+    spent = cpu.window(before, cpu.snapshot())
     ends = sorted(_finish_times(prefix).values())
     late = [(e - due) * 1000 for e in ends]
     return {
@@ -388,6 +392,7 @@ def cmd_timers(args: argparse.Namespace) -> dict[str, Any]:
         "p99_late_ms": common.percentile(late, 99),
         "first_late_ms": late[0],
         "woken_per_s": len(ends) / max((ends[-1] - max(ends[0], due)), 1e-3),
+        "cpu": cpu.per_unit(spent, args.runs),
     }
 
 

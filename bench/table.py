@@ -215,7 +215,11 @@ def rows_sleepers(w: dict[str, Any], work: str, limit_ms: float) -> list[dict[st
         last,
         row(work, "p50 wake after due", ours.get("p50_late_ms"), None, higher=False, unit=" ms", peer_name="—"),
         row(work, "woken per second", ours.get("woken_per_s"), None, higher=True, peer_name="—"),
-    ]
+        row(work, "CPU per wake, whole machine", ours.get("cpu_ms_per_wake"), None, higher=False, unit=" ms",
+            peer_name="—"),
+        row(work, "wakes per second the cores allow at that CPU", ours.get("wakes_per_s_cores_allow"), None,
+            higher=True, peer_name="—"),
+    ]  # fmt: skip
 
 
 def rows_w7(w7: dict[str, Any], runs: int) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from bench.harness import PY, Harness, reset_database
 from bench.pairing import alternate
-from bench.workloads import summarise
+from bench.workloads import summarise, summary_of
 
 BURST_METRICS = ("workflows_per_s", "first_step_ms_p50", "first_step_ms_p99", "start_seconds")
 TIMER_METRICS = ("last_late_ms", "p50_late_ms", "p99_late_ms", "first_late_ms", "woken_per_s")
@@ -72,6 +72,11 @@ def sleepers(h: Harness, runs: int, lead: float, reps: int) -> dict[str, Any]:
             h.stop(w)
     ours = summarise(raw["ours"], TIMER_METRICS)
     ours.update(runs=runs, lead_s=lead, raw=raw["ours"])
+    # What a wake costs in CPU, all told (server, workers, the rest of the machine), and the wakes a
+    # second the machine's cores would allow at that cost: the bound on woken_per_s.
+    costs = [r.get("cpu") or {} for r in raw["ours"]]
+    ours["cpu_ms_per_wake"] = summary_of([(c.get("cpu_ms_per_unit") or {}).get("machine") for c in costs])
+    ours["wakes_per_s_cores_allow"] = summary_of([c.get("units_per_s_at_full_cores") for c in costs])
     ours["all_suspended_before_due"] = all(r["all_suspended_before_due"] for r in raw["ours"])
     return {
         "ours": ours,
