@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import django_filters
 from django import forms
@@ -19,6 +19,7 @@ from django.db.models import QuerySet
 from django_filters.fields import IsoDateTimeField
 
 from durable.models import RUN_STATUS_CHOICES, Run
+from durable.store.portable import run_reads
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -73,8 +74,8 @@ def json_list_has(queryset: QuerySet[Any], field: str, value: str) -> QuerySet[A
 
 
 def with_tag(queryset: QuerySet[Run], tag: str) -> QuerySet[Run]:
-    """Runs whose ``tags`` list contains ``tag`` exactly."""
-    return json_list_has(queryset, "tags", tag)
+    """Runs whose ``tags`` list contains ``tag`` exactly (the store's lookup, which the tags index serves)."""
+    return cast("QuerySet[Run]", run_reads.with_tag(queryset, tag))
 
 
 def search(queryset: QuerySet[Run], term: str) -> QuerySet[Run]:

@@ -15,6 +15,18 @@ from durable.store.portable.shared import StoreBase, run_record
 from durable.store.statements import HAS_TAG
 
 
+def with_tag(qs: Any, tag: str) -> Any:
+    """Runs of ``qs`` whose tags include ``tag``: JSON containment where the database has it, else json_each.
+
+    On PostgreSQL the tags index holds only runs with tags (migration 0024), so
+    the lookup also says the run has some: the planner uses an index only when
+    the query implies its condition.
+    """
+    if connection.features.supports_json_field_contains:
+        return qs.filter(tags__contains=[tag]).exclude(tags=[])
+    return qs.extra(where=[HAS_TAG], params=[tag])
+
+
 class RunReads(StoreBase):
     def get_run(self, run_id: str) -> RunRecord | None:
         row = Run.objects.filter(id=run_id).first()
@@ -92,7 +104,4 @@ class RunReads(StoreBase):
         return qs
 
     def _tagged(self, qs: Any, tag: str) -> Any:
-        """Runs whose tags include ``tag``: JSON containment where the database has it, else json_each."""
-        if connection.features.supports_json_field_contains:
-            return qs.filter(tags__contains=[tag])
-        return qs.extra(where=[HAS_TAG], params=[tag])
+        return with_tag(qs, tag)
