@@ -99,7 +99,8 @@ class Cursors:
         opened on (a cursor per statement costs a driver cursor and its
         adapters map every time); a closed or replaced connection gets a new
         one. The kept cursor holds its last result until the thread's next
-        statement (the rows are copied out before this returns). While
+        statement (the rows are copied out before this returns); its
+        timestamps are parsed by the driver's own loader, as :meth:`history`'s. While
         queries are logged, or with ``PREPARED_STATEMENTS`` off, each
         statement gets a cursor of its own (Django's logging one when logged).
         """
@@ -113,6 +114,8 @@ class Cursors:
         kept = getattr(self._kept, "cursor", None)
         if kept is None or kept.cursor.connection is not db.connection:
             kept = self._kept.cursor = self.cursor()
+            if db.timezone is not None:  # see history(): the same instants, parsed by the driver
+                kept.cursor.adapters.register_loader("timestamptz", _driver_timestamptz(kept.cursor))
         else:
             db.validate_thread_sharing()
         kept.execute(sql, params)
