@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from django.test.utils import CaptureQueriesContext
 import durable
 from durable.models import Run
 from durable.runtime import get_engine
+from durable.store.postgres.cursors import Cursors
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -121,6 +123,45 @@ def test_a_logged_statement_is_logged_with_its_parameters_bound():
     start = next(sql for sql in logged_sql if sql.startswith('INSERT INTO "durable_run"'))
     assert f"'{run_id}'" in start  # bound, not a placeholder
     assert "%s" not in start
+
+
+def _read_times(run_id: str) -> tuple[Any, ...]:
+    """The run's timestamps read by the store's own cursors, and the loader those cursors use."""
+    from psycopg.pq import Format
+
+    cursors = Cursors()
+    rows = cursors.execute('SELECT "created_at", "finished_at" FROM "durable_run" WHERE "id" = %s', [run_id])
+    with cursors.cursor() as cursor:
+        oid = cursor.cursor.adapters.types["timestamptz"].oid
+        loader = cursor.cursor.adapters.get_loader(oid, Format.TEXT)
+    return rows[0], loader
+
+
+@override_settings(DURABLE={"TRANSPORT": "manual"})
+@pytest.mark.parametrize("prepared", [True, False])
+def test_the_store_reads_the_orms_instants_with_the_drivers_timestamp_loader(prepared: bool) -> None:
+    run_id = durable.start("hp_local_chain", 1)
+    get_engine().run_turn(run_id)
+    orm = Run.objects.get(pk=run_id)
+    with override_settings(DURABLE={"TRANSPORT": "manual", "PREPARED_STATEMENTS": prepared}):
+        times, loader = _read_times(run_id)
+    assert times == (orm.created_at, orm.finished_at)
+    assert all(t.utcoffset() == timedelta(0) for t in times)
+    # psycopg's own loader (in C with its binary build), not Django's Python subclass of it
+    assert not loader.__module__.startswith("django")
+
+
+@override_settings(DURABLE={"TRANSPORT": "manual"}, USE_TZ=False)
+def test_without_time_zone_support_the_store_reads_naive_timestamps_as_the_orm_does() -> None:
+    connection.close()  # the next connection is set up without time zone support
+    run_id = durable.start("hp_local_chain", 1)
+    get_engine().run_turn(run_id)
+    times, loader = _read_times(run_id)
+    orm = Run.objects.get(pk=run_id)
+    assert times == (orm.created_at, orm.finished_at)
+    assert all(t.tzinfo is None for t in times)
+    assert loader.__module__.startswith("django")
+    connection.close()
 
 
 @durable.workflow(name="hp_singleton", singleton=durable.Singleton(key="k"))

@@ -76,7 +76,9 @@ class Cursors:
         # is a lookup of its own in the thread's connections.
         db = connections[DEFAULT_DB_ALIAS]
         if not conf.get().prepared_statements:
-            return db.cursor()
+            wrapped = db.cursor()
+            _driver_timestamps(db, wrapped.cursor)
+            return wrapped
         db.close_if_health_check_failed()
         db.ensure_connection()
         db.validate_thread_sharing()
@@ -90,6 +92,7 @@ class Cursors:
 
             binding: Any = base.ServerBindingCursor
             cursor = binding(raw)
+        _driver_timestamps(db, cursor)
         return _LoggingCursor(cursor, db) if db.queries_logged else db.make_cursor(cursor)
 
     def execute(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
@@ -99,8 +102,7 @@ class Cursors:
         opened on (a cursor per statement costs a driver cursor and its
         adapters map every time); a closed or replaced connection gets a new
         one. The kept cursor holds its last result until the thread's next
-        statement (the rows are copied out before this returns); its
-        timestamps are parsed by the driver's own loader, as :meth:`history`'s. While
+        statement (the rows are copied out before this returns). While
         queries are logged, or with ``PREPARED_STATEMENTS`` off, each
         statement gets a cursor of its own (Django's logging one when logged).
         """
@@ -114,8 +116,6 @@ class Cursors:
         kept = getattr(self._kept, "cursor", None)
         if kept is None or kept.cursor.connection is not db.connection:
             kept = self._kept.cursor = self.cursor()
-            if db.timezone is not None:  # see history(): the same instants, parsed by the driver
-                kept.cursor.adapters.register_loader("timestamptz", _driver_timestamptz(kept.cursor))
         else:
             db.validate_thread_sharing()
         kept.execute(sql, params)
@@ -151,18 +151,8 @@ class Cursors:
             return _rows(cursor)
 
     def history(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        """Run a history read; its rows, timestamps parsed by psycopg's own loader.
-
-        Django loads every ``timestamptz`` through a Python subclass of
-        psycopg's loader (to set the connection's time zone); with time zone
-        support on, the session's time zone is that zone already, so the
-        driver's own loader (in C with psycopg's binary build) gives the same
-        instants. Without it (``USE_TZ = False``) Django's loader stays.
-        """
+        """Run a history read on a cursor of its own; its rows."""
         with self.cursor() as cursor:
-            if connection.timezone is not None:
-                raw = cursor.cursor
-                raw.adapters.register_loader("timestamptz", _driver_timestamptz(raw))
             cursor.execute(sql, params)
             rows: list[tuple[Any, ...]] = cursor.fetchall()
             return rows
@@ -210,10 +200,19 @@ def _rows(cursor: Any) -> list[tuple[Any, ...]]:
     return rows
 
 
-def _driver_timestamptz(raw: Any) -> Any:
-    """psycopg's own text loader of ``timestamptz`` (the one Django's subclasses)."""
+def _driver_timestamps(db: Any, raw: Any) -> None:
+    """Have the driver's cursor ``raw`` parse ``timestamptz`` with psycopg's own text loader.
+
+    Django loads every ``timestamptz`` through a Python subclass of that
+    loader, to set the connection's time zone; with time zone support on,
+    the session's time zone is that zone already, so the driver's own loader
+    (in C with psycopg's binary build) gives the same instants in the same
+    zone. Without it (``USE_TZ = False``) Django's loader stays.
+    """
+    if db.timezone is None:
+        return
     import psycopg
     from psycopg.pq import Format
 
     oid = raw.adapters.types["timestamptz"].oid
-    return psycopg.adapters.get_loader(oid, Format.TEXT)
+    raw.adapters.register_loader("timestamptz", psycopg.adapters.get_loader(oid, Format.TEXT))
