@@ -39,7 +39,8 @@ from typing import Any
 
 import psycopg
 
-from bench.common import summary
+from bench.common import pg_url, summary
+from bench.harness import reset_database
 from bench.pairing import noisy, ratios
 
 DB = os.environ.get("BENCH_RUN_WRITES_DB", "postgres://postgres@127.0.0.1:5432/bench_run_writes")
@@ -70,14 +71,11 @@ PHASES = {
 
 
 def _url() -> str:
-    return DB.replace("postgres://", "postgresql://", 1)
+    return pg_url(DB)
 
 
 def _recreate() -> None:
-    base, name = _url().rsplit("/", 1)
-    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+    reset_database(DB)
     import django
 
     django.setup()

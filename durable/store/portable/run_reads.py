@@ -91,7 +91,7 @@ class RunReads(StoreBase):
         if namespace:
             qs = qs.filter(namespace=namespace)
         if tag:
-            qs = self._tagged(qs, tag)
+            qs = with_tag(qs, tag)
         for key, op, value in attributes or []:
             path = f"search_attributes__{key}"
             qs = qs.filter(**{"search_attributes__has_key": key})
@@ -102,6 +102,3 @@ class RunReads(StoreBase):
             else:
                 qs = qs.filter(**{f"{path}__{op}": value})
         return qs
-
-    def _tagged(self, qs: Any, tag: str) -> Any:
-        return with_tag(qs, tag)

@@ -151,7 +151,11 @@ class Cursors:
             return _rows(cursor)
 
     def history(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
-        """Run a history read on a cursor of its own; its rows."""
+        """Run a history read; its rows.
+
+        On a cursor of its own, closed when read: the kept cursor would hold
+        a long history's result until this thread's next statement.
+        """
         with self.cursor() as cursor:
             cursor.execute(sql, params)
             rows: list[tuple[Any, ...]] = cursor.fetchall()
