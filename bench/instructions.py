@@ -9,7 +9,9 @@ percent from one minute to the next, while the instructions its process
 executes do not. Each shape (``MODE:STEPS``: ``signal`` is workload 1's
 inline transport with a completion signal, ``caller`` workload 3's caller's
 thread, ``eager`` dispatched steps run in the turn as a Celery worker runs them,
-workload 4's turn without the broker) runs ``bench.ours inproc`` under valgrind's callgrind twice, with
+workload 4's turn without the broker, ``wake`` a sleeper started, suspended and
+woken by the due-run sweep in pages as workload 8's workers wake them; its
+STEPS is ignored: use ``wake:1``) runs ``bench.ours inproc`` under valgrind's callgrind twice, with
 ``--small`` and ``--large`` steps' worth of workflows; the difference divided
 by the difference in workflows is the cost of one workflow with the
 process's start, imports and first statements taken out. Counted: user-space instructions of the
@@ -107,7 +109,7 @@ def measure(tree: Path, shapes: list[tuple[str, int]], small_steps: int, large_s
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tree", type=Path, default=REPO, help="the checkout whose durable/ is measured")
-    parser.add_argument("--shapes", default="signal:3,caller:100", help="MODE:STEPS,... (signal or caller)")
+    parser.add_argument("--shapes", default="signal:3,caller:100", help="MODE:STEPS,... (signal, caller, eager, wake)")
     parser.add_argument("--small", type=int, default=60, help="steps' worth of workflows in the first process")
     parser.add_argument("--large", type=int, default=1200, help="steps' worth of workflows in the second process")
     args = parser.parse_args()
@@ -118,8 +120,8 @@ def main() -> None:
     shapes = []
     for part in args.shapes.split(","):
         mode, _, steps = part.partition(":")
-        if mode not in ("signal", "caller", "eager") or not steps.isdigit() or int(steps) < 1:
-            raise SystemExit(f"a shape is MODE:STEPS with MODE signal or caller, got {part!r}")
+        if mode not in ("signal", "caller", "eager", "wake") or not steps.isdigit() or int(steps) < 1:
+            raise SystemExit(f"a shape is MODE:STEPS with MODE signal, caller, eager or wake, got {part!r}")
         shapes.append((mode, int(steps)))
     result = measure(args.tree.resolve(), shapes, args.small, args.large)
     RESULTS.mkdir(exist_ok=True)

@@ -132,6 +132,8 @@ def run_batch(mode: str, prefix: str, workflows: int, steps: int, threads: int) 
         finally:
             connections.close_all()
 
+    if mode == "wake":
+        return wake_batch(prefix, workflows)
     if threads == 1:
         t0 = time.perf_counter()
         for i in range(workflows):
@@ -148,6 +150,39 @@ def run_batch(mode: str, prefix: str, workflows: int, steps: int, threads: int) 
     if errors:
         raise errors[0]
     return elapsed
+
+
+def wake_batch(prefix: str, workflows: int) -> float:
+    """Wall seconds to wake ``workflows`` sleepers in pages, as ``durable_worker`` wakes them (workload 8's wake).
+
+    Each sleeper is started and its first turn run in this thread (it
+    suspends on an hour's sleep, on a fake clock); the clock then moves past
+    the hour and the due-run sweep wakes them a page at a time (one claim,
+    one history read and one shared commit per page), in this thread. Only the
+    wake is timed; an instruction count (``bench.instructions``, shape
+    ``wake``) counts the start and the first turn as well.
+    """
+    from datetime import timedelta
+
+    from durable.testing import fake_clock
+    from durable.worker.due import wake_due_runs
+
+    engine = get_engine()
+    with fake_clock() as clock:
+        due = (clock.now() + timedelta(hours=1)).timestamp()
+        for i in range(workflows):
+            run_id = f"{prefix}-{i}"
+            durable.start("bench_sleeper", due, run_id=run_id)
+            engine.run_turn(run_id)
+        clock.set(clock.now() + timedelta(hours=1, seconds=1))
+        t0 = time.perf_counter()
+        woken = 0
+        while woken < workflows:
+            page = wake_due_runs(engine)
+            if not page:
+                raise RuntimeError(f"{workflows - woken} sleepers of {prefix} were not due")
+            woken += page
+        return time.perf_counter() - t0
 
 
 def cmd_inproc(args: argparse.Namespace) -> dict[str, Any]:
@@ -401,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="cmd", required=True)
     sub.add_parser("serve", help="read one JSON list of arguments per line; answer each with @@RESULT")
     p = sub.add_parser("inproc")
-    p.add_argument("--mode", choices=["signal", "caller", "eager", "wait_for_run"], default="signal")
+    p.add_argument("--mode", choices=["signal", "caller", "eager", "wait_for_run", "wake"], default="signal")
     p.add_argument("--workflows", type=int, default=200)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)

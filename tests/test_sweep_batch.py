@@ -473,6 +473,48 @@ def test_a_woken_page_commits_in_one_statement_per_shape(monkeypatch):
         ]
 
 
+@pytest.mark.postgres
+def test_a_shared_commit_passes_a_value_all_its_runs_share_once(monkeypatch):
+    """A column holding one value on every row goes as that value and a count, not as an array.
+
+    The driver adapts an array element by element in Python; the rows the
+    statement writes are the same either way (checked on every column the
+    page's commit writes: shared values, values of each run's own, NULLs).
+    """
+    from durable.store.commit_statements import CommitStatements
+
+    shared: list[list[Any]] = []
+    original = CommitStatements.commit_many
+
+    def spy(self, plans):
+        sql, params = original(self, plans)
+        shared.append(params)
+        return sql, params
+
+    monkeypatch.setattr(CommitStatements, "commit_many", spy)
+    with fake_clock() as clock:
+        naps = asleep(5)
+        shared.clear()
+        clock.set(clock.now() + timedelta(hours=1, seconds=1))
+        woke_at = clock.now()
+        assert sweeps.wake_due_runs(get_engine()) == 5
+    [params] = shared
+    arrays = [p for p in params if isinstance(p, list)]
+    assert arrays  # the run ids, each run's output and its step's argument
+    assert all(len({json.dumps(v, default=str) for v in a}) > 1 for a in arrays)
+    rows = {r.id: r for r in Run.objects.filter(id__in=naps)}
+    assert {(rows[r].status, rows[r].output, rows[r].finished_at, rows[r].error) for r in naps} == {
+        (RunStatus.COMPLETED, r, woke_at, None) for r in naps
+    }
+    for r in naps:
+        cps = list(store.load_checkpoints(r).values())
+        assert [(cp.kind, cp.status, cp.name) for cp in cps] == [
+            ("sleep", "completed", "sleep"),
+            ("local", "completed", "after"),
+        ]
+        assert cps[0].finished_at == woke_at and cps[1].output == r and cps[1].error is None
+
+
 def _before_batch(monkeypatch, meddle) -> None:
     """Run ``meddle`` (another session's write) after the turns ran, before their shared commit."""
     original = store.commit_many

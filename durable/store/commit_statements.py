@@ -72,6 +72,28 @@ _INLINE_ROWS = 32
 _LEASE_WROTE = "EXISTS (SELECT 1 FROM lease)"
 
 
+def spread(cast: str) -> str:
+    """The text of an array column whose parameters are :func:`column_params`'s (``cast``: ``%s::type``).
+
+    Either the array itself, or ``array_fill`` of its one value: the same
+    rows either way, in one text, so the statement stays one prepared shape.
+    """
+    return f"COALESCE({cast}[], array_fill({cast}, ARRAY[%s::integer]))"
+
+
+def column_params(values: list[Any]) -> list[Any]:
+    """The three parameters of a :func:`spread` column: the values, or the one value they all are and its count.
+
+    Most columns of a page's shared commit hold one value on every row (the
+    same status, instant, owner or NULL); the driver adapts an array element
+    by element in Python, so one value and a count cost a fraction of it.
+    """
+    first = values[0]
+    if values.count(first) == len(values):
+        return [None, first, len(values)]
+    return [values, None, 0]
+
+
 def _commit_shape(plan: CommitPlan) -> tuple[Any, ...]:
     """What :meth:`PostgresStatements.commit`'s text depends on (two plans of one shape share a text)."""
     run = plan.run
@@ -104,6 +126,10 @@ class CommitStatements:
 
     def array(self, field: Field[Any, Any]) -> str:
         return self.param(field) + "[]"
+
+    def column(self, field: Field[Any, Any]) -> str:
+        """An array of ``field``'s values in a shared commit, or one value repeated: params :func:`column_params`."""
+        return spread(self.param(field))
 
     def prep(self, field: Field[Any, Any], value: Any) -> Any:
         # What get_db_prep_save does for these column types on PostgreSQL, without its layers:
@@ -229,7 +255,8 @@ class CommitStatements:
                 params += [lease.run_id, u.seq, statuses(u.expect)]
         if len(plan.inserts) > _INLINE_ROWS:
             rows = [self._insert_values(lease.run_id, rec) for rec in plan.inserts]
-            params += [list(column) for column in zip(*rows, strict=True)]  # one array per column
+            for column in zip(*rows, strict=True):  # one array per column
+                params += column_params(list(column))
         else:
             for rec in plan.inserts:
                 params += self._insert_values(lease.run_id, rec)
@@ -284,14 +311,14 @@ class CommitStatements:
         for name in first.sets:
             field = RUN_FIELD[name]
             cols.append(col(field))
-            arrays.append(self.array(field))
+            arrays.append(self.column(field))
             sets.append(f"{col(field)} = v.{col(field)}")
-            params.append([self.prep(field, p.run.sets[name]) for p in plans])
+            params += column_params([self.prep(field, p.run.sets[name]) for p in plans])
         if first.cancel_wake is not None:
             cols += ["cw_now", "cw_wake"]
-            arrays += ["%s::timestamptz[]", "%s::timestamptz[]"]
+            arrays += [spread("%s::timestamptz"), spread("%s::timestamptz")]
             wakes = [p.run.cancel_wake for p in plans if p.run.cancel_wake is not None]
-            params += [[w.now for w in wakes], [w.wake_at for w in wakes]]
+            params += column_params([w.now for w in wakes]) + column_params([w.wake_at for w in wakes])
             sets.append(f"{q('wake_at')} = CASE WHEN r.{q('cancel_requested')} THEN v.cw_now ELSE v.cw_wake END")
         ctes = [
             f"v AS (SELECT * FROM unnest({', '.join(arrays)}) AS v({', '.join(cols)}))",
@@ -311,7 +338,8 @@ class CommitStatements:
         if not creates:
             return []
         rows = [self._insert_values(run_id, rec) for run_id, rec in creates]
-        params += [list(column) for column in zip(*rows, strict=True)]  # one array per column
+        for column in zip(*rows, strict=True):  # one array per column
+            params += column_params(list(column))
         return self._inserts_text(f"c.{q('run_id')} IN (SELECT {q('id')} FROM lease)")
 
     def _inserts_text(self, written: str) -> list[str]:
@@ -319,7 +347,7 @@ class CommitStatements:
         names = ", ".join(col(f) for f in CP_INSERT)
         return [
             f"ins AS (INSERT INTO {CP_TABLE} ({names}) SELECT * FROM unnest("
-            f"{', '.join(self.array(f) for f in CP_INSERT)}) AS c({names}) WHERE {written})"
+            f"{', '.join(self.column(f) for f in CP_INSERT)}) AS c({names}) WHERE {written})"
         ]
 
     def _shared_updates(self, plans: Sequence[CommitPlan], params: list[Any]) -> list[str]:
@@ -332,8 +360,10 @@ class CommitStatements:
     def _updates_params(self, updates: Sequence[tuple[str, CheckpointChange]], params: list[Any]) -> None:
         """The arrays of :meth:`_updates_text`: run ids, positions, expected statuses, then each column."""
         fields = [CP_FIELD[name] for name in CHECKPOINT_UPDATABLE]
-        params += [[u[0] for u in updates], [u[1].seq for u in updates], [statuses(u[1].expect) for u in updates]]
-        params += [[self.prep(f, u.values[f.name]) for _, u in updates] for f in fields]
+        params += [*column_params([u[0] for u in updates]), [u[1].seq for u in updates]]
+        params += column_params([statuses(u[1].expect) for u in updates])
+        for f in fields:
+            params += column_params([self.prep(f, u.values[f.name]) for _, u in updates])
 
     def _updates_text(self, written: str) -> list[str]:
         """Checkpoint updates from one array per column, each where its status is expected and ``written`` holds."""
@@ -344,8 +374,9 @@ class CommitStatements:
             for f, c in zip(fields, ucols, strict=True)
         ]
         return [
-            f"upd AS (UPDATE {CP_TABLE} cp SET {', '.join(usets)} FROM unnest(%s::varchar[], %s::integer[], "
-            f"%s::text[], {', '.join(self.array(f) for f in fields)}) AS u(u_run, u_seq, u_expect, {', '.join(ucols)}) "
+            f"upd AS (UPDATE {CP_TABLE} cp SET {', '.join(usets)} FROM unnest({spread('%s::varchar')}, %s::integer[], "
+            f"{spread('%s::text')}, {', '.join(self.column(f) for f in fields)}) "
+            f"AS u(u_run, u_seq, u_expect, {', '.join(ucols)}) "
             f"WHERE cp.{q('run_id')} = u.u_run AND cp.{q('seq')} = u.u_seq "
             f"AND cp.{q('status')} = ANY(string_to_array(u.u_expect, ',')) AND {written})"
         ]

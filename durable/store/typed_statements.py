@@ -16,7 +16,7 @@ from durable.engine.plan_steps import STEP_RESULT_IGNORED, StepResultPlan
 from durable.engine.vocab import UNSETTLED, CheckpointStatus, RunStatus
 from durable.models import Run
 from durable.schedules.plan import FIRE_COLUMNS, SchedulePlan
-from durable.store.commit_statements import CommitStatements
+from durable.store.commit_statements import CommitStatements, column_params
 from durable.store.statements import (
     CP_FIELD,
     CP_TABLE,
@@ -145,10 +145,13 @@ class PostgresStatements(CommitStatements):
         """New runs in one statement, idempotent on id (``ON CONFLICT DO NOTHING``); returns the ids inserted."""
         sql = (
             f"INSERT INTO {RUN_TABLE} ({run_columns()}) SELECT * FROM unnest("
-            f"{', '.join(self.array(f) for f in RUN_COLUMNS)}) ON CONFLICT ({q('id')}) DO NOTHING RETURNING {q('id')}"
+            f"{', '.join(self.column(f) for f in RUN_COLUMNS)}) ON CONFLICT ({q('id')}) DO NOTHING RETURNING {q('id')}"
         )
         models = [Run(**row) for row in rows]
-        return sql, [[self.prep(f, getattr(m, f.attname)) for m in models] for f in RUN_COLUMNS]
+        params: list[Any] = []
+        for f in RUN_COLUMNS:
+            params += column_params([self.prep(f, getattr(m, f.attname)) for m in models])
+        return sql, params
 
 
 # A result wakes a suspended run that does not count its steps, or whose count this result

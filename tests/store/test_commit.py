@@ -47,6 +47,21 @@ def test_a_flush_writes_checkpoints_and_keeps_the_run_running(store: Any) -> Non
     assert (run.status, run.locked_by) == ("running", OWNER)
 
 
+def test_a_commit_of_many_checkpoints_writes_each_rows_values(store: Any) -> None:
+    """Past a few dozen rows a commit writes its checkpoints from one array per column (PostgreSQL);
+    a column with one value on every row may go as that value alone: each row still gets its own."""
+    running(store, "r1")
+    steps = [step(seq, name="same", queue="q" if seq % 2 else None) for seq in range(1, 41)]
+    steps += [record(41, CheckpointKind.LOCAL, output=None, finished_at=at(2))]
+    assert written(store.commit("r1", OWNER, at(2), at(32), creates(*steps)))
+    cps = store.load_checkpoints("r1")
+    assert list(cps) == list(range(1, 42))
+    assert {(cps[s].name, cps[s].status, cps[s].enqueued_at) for s in range(1, 41)} == {("same", "pending", T0)}
+    assert [cps[s].input for s in range(1, 41)] == [{"args": [s], "kwargs": {}} for s in range(1, 41)]
+    assert [cps[s].queue for s in range(1, 41)] == ["q" if s % 2 else None for s in range(1, 41)]
+    assert (cps[41].kind, cps[41].name, cps[41].output, cps[41].queue) == ("local", "op41", None, None)
+
+
 def test_a_commit_by_a_non_holder_writes_nothing(store: Any) -> None:
     running(store, "r1")
     writes = creates(record(1, CheckpointKind.LOCAL, output=1))
