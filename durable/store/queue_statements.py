@@ -47,6 +47,7 @@ from __future__ import annotations
 import re
 
 from durable.engine.vocab import ACTIVE, Admission, CheckpointStatus
+from durable.store.commit_statements import spread
 from durable.store.statements import CP_TABLE, QUEUE_TABLE, RUN_TABLE, _in, q
 
 _OPEN = f"('{CheckpointStatus.PENDING}', '{CheckpointStatus.RUNNING}')"
@@ -316,7 +317,8 @@ PG_ADMIT_PEEK, PG_ADMIT_PEEK_PARAMS = positional("WITH RECURSIVE {} {}".format(*
 # from (locked here, so no admission commits in between). The row's admission counts take
 # the grants written (QueueTally.add, the same arithmetic), and its unkeyed_served_at the latest
 # start granted to a step without a key (the round robin's time for them). Params: queue, version, version,
-# ids, starts, untils, minute (the admission's now, truncated), rate_next_at, queue.
+# ids, starts and untils (each as commit_statements.column_params gives it: grants of one
+# admission mostly share both), minute (the admission's now, truncated), rate_next_at, queue.
 # Returns whether the row matched, and the ids granted.
 _NEWER = f"{q('admitted_minute')} >= (SELECT b FROM m)"
 PG_ADMIT_GRANT = (
@@ -324,7 +326,7 @@ PG_ADMIT_GRANT = (
     f"AND (%s::text IS NULL OR xmin::text = %s::text) FOR UPDATE), "
     f"g AS (UPDATE {CP_TABLE} c SET {q('admission')} = '{Admission.ADMITTED}', "
     f"{q('admitted_at')} = v.s, {q('wake_at')} = v.u "
-    f"FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]) AS v(i, s, u) "
+    f"FROM unnest(%s::bigint[], {spread('%s::timestamptz')}, {spread('%s::timestamptz')}) AS v(i, s, u) "
     f"WHERE c.{q('id')} = v.i AND c.{q('status')} = '{CheckpointStatus.PENDING}' AND EXISTS (SELECT 1 FROM lk) "
     f"RETURNING c.{q('id')}, c.{q('queue_key')} AS k, c.{q('admitted_at')} AS s), "
     "m AS (SELECT %s::timestamptz AS b), "

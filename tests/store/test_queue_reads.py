@@ -18,7 +18,7 @@ import psycopg
 import pytest
 from django.db import connection
 
-from durable.engine.plan_queues import AdmissionRead, QueueLimits, plan_queue_admission
+from durable.engine.plan_queues import AdmissionRead, QueueLimits, Rate, plan_queue_admission
 from durable.store import factory
 from tests.store.conftest import OWNER, at, step
 from tests.store.test_queues import LEASE, _finish_reading, admit, enqueue, waiting
@@ -197,6 +197,36 @@ def test_an_admission_grants_from_its_first_read_when_nobody_overtakes(
     monkeypatch.setattr(store, "_execute", lambda sql, params: executed.append(sql) or execute(sql, params))
     assert [grant.seq for grant in store.admit_steps(_plan(7, concurrency=2)).grants] == [3]
     assert executed == [PG_ADMIT_PEEK, PG_ADMIT_GRANT]  # two statements, no transaction of its own
+
+
+def test_grants_sharing_their_start_and_lease_pass_each_once(store: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grants of one admission mostly share both instants: each then goes as one value (the
+    driver adapts an array element by element), and every granted row still gets it; a rate's
+    grants, each at a start of its own, pass their starts as an array."""
+    from durable.store.queue_statements import PG_ADMIT_GRANT
+
+    enqueue(store, "r1", *(waiting(seq, arrived=seq) for seq in range(1, 6)))
+    granted: list[list[Any]] = []
+    execute = store._execute
+
+    def spy(sql: str, params: list[Any]) -> Any:
+        if sql == PG_ADMIT_GRANT:
+            granted.append(params)
+        return execute(sql, params)
+
+    monkeypatch.setattr(store, "_execute", spy)
+    assert admit(store, 5, concurrency=3) == [("r1", 1), ("r1", 2), ("r1", 3)]
+    assert [p for p in granted[-1] if isinstance(p, list)] == [granted[-1][3]]  # the ids alone
+    assert {(row.admitted_at, row.wake_at) for row in _rows("r1", 1, 2, 3)} == {(at(5), at(65))}
+    assert admit(store, 5, rate=Rate(2, 1.0)) == [("r1", 4), ("r1", 5)]
+    assert sum(isinstance(p, list) for p in granted[-1]) == 3  # the ids, the starts and their leases
+    assert [row.admitted_at for row in _rows("r1", 4, 5)] == [at(5), at(5.5)]
+
+
+def _rows(run_id: str, *seqs: int) -> list[Any]:
+    from durable.models import Checkpoint
+
+    return list(Checkpoint.objects.filter(run_id=run_id, seq__in=seqs).order_by("seq"))
 
 
 def _plan(now: float, **limits: Any) -> Any:

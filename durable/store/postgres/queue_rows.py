@@ -24,6 +24,7 @@ from durable.engine.plan_queues import (
 from durable.engine.queue_tally import minute_of
 from durable.engine.vocab import ACTIVE
 from durable.models import Queue
+from durable.store.commit_statements import column_params
 from durable.store.portable.queue_rows import QueueRows
 from durable.store.postgres.base import PostgresBase
 from durable.store.queue_statements import (
@@ -172,6 +173,7 @@ class PostgresQueues(PostgresBase, QueueRows):
     def _grant_steps(self, plan: QueueAdmissionPlan, grants: Sequence[Any], next_at: Any, version: str | None) -> Any:
         """Write ``grants`` (and the row's rate_next_at); whether the row was at ``version``, the grants written."""
         ids = [g.id for g in grants]
-        params = [plan.queue, version, version, ids, [g.start for g in grants], [g.until for g in grants]]
+        params = [plan.queue, version, version, ids]
+        params += column_params([g.start for g in grants]) + column_params([g.until for g in grants])
         matched, written = self._execute(PG_ADMIT_GRANT, [*params, minute_of(plan.now), next_at, plan.queue])[0]
         return matched, tuple(g for g in grants if g.id in set(written))
