@@ -88,9 +88,8 @@ def column_params(values: list[Any]) -> list[Any]:
     same status, instant, owner or NULL); the driver adapts an array element
     by element in Python, so one value and a count cost a fraction of it.
     """
-    first = values[0]
-    if values.count(first) == len(values):
-        return [None, first, len(values)]
+    if values and values.count(values[0]) == len(values):
+        return [None, values[0], len(values)]
     return [values, None, 0]
 
 

@@ -62,6 +62,17 @@ def test_a_commit_of_many_checkpoints_writes_each_rows_values(store: Any) -> Non
     assert (cps[41].kind, cps[41].name, cps[41].output, cps[41].queue) == ("local", "op41", None, None)
 
 
+def test_an_array_column_goes_as_its_one_value_only_when_every_row_holds_it() -> None:
+    from durable.store.commit_statements import column_params
+
+    when = at(1)
+    assert column_params([when, at(1), when]) == [None, when, 3]  # equal instants, distinct objects
+    assert column_params([None, None]) == [None, None, 2]  # NULL on every row
+    assert column_params([when, None]) == [[when, None], None, 0]
+    assert column_params(["a", "b"]) == [["a", "b"], None, 0]
+    assert column_params([]) == [[], None, 0]
+
+
 def test_a_commit_by_a_non_holder_writes_nothing(store: Any) -> None:
     running(store, "r1")
     writes = creates(record(1, CheckpointKind.LOCAL, output=1))
