@@ -118,6 +118,8 @@ def one_workflow(mode: str, run_id: str, steps: int) -> None:
 
 def run_batch(mode: str, prefix: str, workflows: int, steps: int, threads: int) -> float:
     """Wall seconds for ``workflows`` workflows, one after another in each of ``threads`` callers."""
+    if mode == "wake":
+        return wake_batch(prefix, workflows)
     per = [workflows // threads + (1 if i < workflows % threads else 0) for i in range(threads)]
     barrier = threading.Barrier(threads + 1)
     errors: list[BaseException] = []
@@ -132,8 +134,6 @@ def run_batch(mode: str, prefix: str, workflows: int, steps: int, threads: int) 
         finally:
             connections.close_all()
 
-    if mode == "wake":
-        return wake_batch(prefix, workflows)
     if threads == 1:
         t0 = time.perf_counter()
         for i in range(workflows):

@@ -47,8 +47,7 @@ from __future__ import annotations
 import re
 
 from durable.engine.vocab import ACTIVE, Admission, CheckpointStatus
-from durable.store.commit_statements import spread
-from durable.store.statements import CP_TABLE, QUEUE_TABLE, RUN_TABLE, _in, q
+from durable.store.statements import CP_TABLE, QUEUE_TABLE, RUN_TABLE, _in, q, spread
 
 _OPEN = f"('{CheckpointStatus.PENDING}', '{CheckpointStatus.RUNNING}')"
 # Only steps are admitted, so no kind is named: a read naming kind "step" and an open status
@@ -317,7 +316,7 @@ PG_ADMIT_PEEK, PG_ADMIT_PEEK_PARAMS = positional("WITH RECURSIVE {} {}".format(*
 # from (locked here, so no admission commits in between). The row's admission counts take
 # the grants written (QueueTally.add, the same arithmetic), and its unkeyed_served_at the latest
 # start granted to a step without a key (the round robin's time for them). Params: queue, version, version,
-# ids, starts and untils (each as commit_statements.column_params gives it: grants of one
+# ids, starts and untils (each as statements.column_params gives it: grants of one
 # admission mostly share both), minute (the admission's now, truncated), rate_next_at, queue.
 # Returns whether the row matched, and the ids granted.
 _NEWER = f"{q('admitted_minute')} >= (SELECT b FROM m)"

@@ -112,6 +112,27 @@ PG_POKE_IF_SETTLED = (
 STATUSES = "string_to_array(%s::text, ',')"
 
 
+def spread(cast: str) -> str:
+    """The text of an array column whose parameters are :func:`column_params`'s (``cast``: ``%s::type``).
+
+    Either the array itself, or ``array_fill`` of its one value: the same
+    rows either way, in one text, so the statement stays one prepared shape.
+    """
+    return f"COALESCE({cast}[], array_fill({cast}, ARRAY[%s::integer]))"
+
+
+def column_params(values: list[Any]) -> list[Any]:
+    """The three parameters of a :func:`spread` column: the values, or the one value they all are and its count.
+
+    Most columns of a page's shared commit hold one value on every row (the
+    same status, instant, owner or NULL); the driver adapts an array element
+    by element in Python, so one value and a count cost a fraction of it.
+    """
+    if values and values.count(values[0]) == len(values):
+        return [None, values[0], len(values)]
+    return [values, None, 0]
+
+
 def statuses(values: Iterable[str]) -> str:
     """The parameter of :data:`STATUSES` for ``values``."""
     return ",".join(values)

@@ -16,7 +16,7 @@ from durable.engine.plan_steps import STEP_RESULT_IGNORED, StepResultPlan
 from durable.engine.vocab import UNSETTLED, CheckpointStatus, RunStatus
 from durable.models import Run
 from durable.schedules.plan import FIRE_COLUMNS, SchedulePlan
-from durable.store.commit_statements import CommitStatements, column_params
+from durable.store.commit_statements import CommitStatements
 from durable.store.statements import (
     CP_FIELD,
     CP_TABLE,
@@ -26,6 +26,7 @@ from durable.store.statements import (
     SCHEDULE_FIELD,
     SCHEDULE_TABLE,
     _in,
+    column_params,
     q,
     run_columns,
 )

@@ -63,7 +63,7 @@ def test_a_commit_of_many_checkpoints_writes_each_rows_values(store: Any) -> Non
 
 
 def test_an_array_column_goes_as_its_one_value_only_when_every_row_holds_it() -> None:
-    from durable.store.commit_statements import column_params
+    from durable.store.statements import column_params
 
     when = at(1)
     assert column_params([when, at(1), when]) == [None, when, 3]  # equal instants, distinct objects

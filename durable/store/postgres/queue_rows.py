@@ -24,7 +24,6 @@ from durable.engine.plan_queues import (
 from durable.engine.queue_tally import minute_of
 from durable.engine.vocab import ACTIVE
 from durable.models import Queue
-from durable.store.commit_statements import column_params
 from durable.store.portable.queue_rows import QueueRows
 from durable.store.postgres.base import PostgresBase
 from durable.store.queue_statements import (
@@ -36,6 +35,7 @@ from durable.store.queue_statements import (
     PG_COUNT_READ,
     PG_COUNT_READ_PARAMS,
 )
+from durable.store.statements import column_params
 
 # The columns of a read's rows before its candidate's (see queue_statements.admit_read).
 READ_HEAD = 8
